@@ -1,0 +1,168 @@
+"""On-disk encoding of a partition log: keys, the meta record and stored batches.
+
+Keys, under the partition's prefix ``P``::
+
+    P + b"m"                      -> LogMeta
+    P + b"b" + base_offset u64    -> stored batch
+    P + b"s" + producer_id u64    -> ProducerStateEntry (producer_state.encode_entry)
+    P + b"r"                      -> present only while read_snapshot runs
+
+Big-endian u64 keys sort by offset, so a fetch is a range scan.
+
+A *stored batch* is a 21-byte header then the producer's batch bytes exactly as
+received (they carry their own CRC-32C over everything after their crc field)::
+
+    version u8 | base_offset i64 | log_append_time i64 | crc32c(previous 17 bytes) u32
+
+Every record here carries a version byte and a CRC so that corruption is
+reported (``StorageCorruptionError``), never returned as data.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import crc32c
+
+from clients.protocol import BrokerError, StoredBatch, parse_batch
+from storage.errors import StorageCorruptionError
+
+__all__ = [
+    "BATCH_TAG",
+    "META_TAG",
+    "PRODUCER_TAG",
+    "RESTORE_TAG",
+    "STORED_HEADER_SIZE",
+    "LogMeta",
+    "decode_meta",
+    "decode_stored_batch",
+    "encode_meta",
+    "encode_stored_batch_header",
+    "offset_key_suffix",
+]
+
+META_TAG = b"m"
+BATCH_TAG = b"b"
+PRODUCER_TAG = b"s"
+RESTORE_TAG = b"r"
+
+_U64 = struct.Struct(">Q")
+_CRC = struct.Struct(">I")
+
+
+def offset_key_suffix(tag: bytes, number: int) -> bytes:
+    """``tag`` + ``number`` as u64 big-endian (sorts numerically)."""
+    return tag + _U64.pack(number)
+
+
+# --------------------------------------------------------------------------
+# Meta
+# --------------------------------------------------------------------------
+
+META_VERSION = 1
+_META = struct.Struct(">Bqqqqqq")
+
+
+@dataclass(frozen=True, slots=True)
+class LogMeta:
+    """The partition's summary, written in the same WriteBatch as every change.
+
+    * ``log_start_offset``: first offset a fetch may ask for.
+    * ``next_offset``: next offset to assign == the high watermark (everything
+      applied is committed, DESIGN.md rule 2).
+    * ``last_applied``: Raft index of the last applied entry (rule 3).
+    * ``size_bytes`` / ``batch_count``: producer batch bytes / batches stored.
+    * ``expired_producers``: producer entries ever expired here.
+    """
+
+    log_start_offset: int = 0
+    next_offset: int = 0
+    last_applied: int = 0
+    size_bytes: int = 0
+    batch_count: int = 0
+    expired_producers: int = 0
+
+    @property
+    def state_may_be_lost(self) -> bool:
+        """Some producer's state may be gone: records were deleted or entries expired."""
+        return self.log_start_offset > 0 or self.expired_producers > 0
+
+
+def encode_meta(meta: LogMeta) -> bytes:
+    body = _META.pack(
+        META_VERSION,
+        meta.log_start_offset,
+        meta.next_offset,
+        meta.last_applied,
+        meta.size_bytes,
+        meta.batch_count,
+        meta.expired_producers,
+    )
+    return body + _CRC.pack(crc32c.crc32c(body))
+
+
+def decode_meta(data: bytes, *, where: str) -> LogMeta:
+    """Inverse of ``encode_meta``; raises ``StorageCorruptionError`` naming ``where``."""
+    if len(data) != _META.size + _CRC.size:
+        raise StorageCorruptionError(f"{where}: meta has {len(data)} bytes, expected "
+                                     f"{_META.size + _CRC.size}")
+    (crc,) = _CRC.unpack_from(data, _META.size)
+    if crc32c.crc32c(data[: _META.size]) != crc:
+        raise StorageCorruptionError(f"{where}: meta CRC mismatch")
+    version, *fields = _META.unpack_from(data, 0)
+    if version != META_VERSION:
+        raise StorageCorruptionError(f"{where}: unknown meta version {version}")
+    meta = LogMeta(*fields)
+    if not (
+        0 <= meta.log_start_offset <= meta.next_offset
+        and meta.last_applied >= 0
+        and meta.size_bytes >= 0
+        and meta.batch_count >= 0
+        and (meta.size_bytes == 0) == (meta.batch_count == 0)
+        and meta.expired_producers >= 0
+    ):
+        raise StorageCorruptionError(f"{where}: inconsistent meta {meta}")
+    return meta
+
+
+# --------------------------------------------------------------------------
+# Stored batches
+# --------------------------------------------------------------------------
+
+STORED_VERSION = 1
+_STORED_HEAD = struct.Struct(">Bqq")
+STORED_HEADER_SIZE = _STORED_HEAD.size + _CRC.size
+
+
+def encode_stored_batch_header(base_offset: int, log_append_time: int) -> bytes:
+    """The 21 bytes that precede the producer's batch in a stored value."""
+    head = _STORED_HEAD.pack(STORED_VERSION, base_offset, log_append_time)
+    return head + _CRC.pack(crc32c.crc32c(head))
+
+
+def decode_stored_batch(value: bytes, *, base_offset: int, where: str) -> StoredBatch:
+    """Check and decode a stored batch whose key says ``base_offset``.
+
+    Verifies the stored header's CRC, the key/value offset agreement and the
+    batch's own CRC (not the record framing, which was checked before the
+    batch was proposed). Raises ``StorageCorruptionError``.
+    """
+    if len(value) < STORED_HEADER_SIZE:
+        raise StorageCorruptionError(f"{where}: stored batch truncated ({len(value)} bytes)")
+    (crc,) = _CRC.unpack_from(value, _STORED_HEAD.size)
+    if crc32c.crc32c(value[: _STORED_HEAD.size]) != crc:
+        raise StorageCorruptionError(f"{where}: stored batch header CRC mismatch")
+    version, stored_base, append_time = _STORED_HEAD.unpack_from(value, 0)
+    if version != STORED_VERSION:
+        raise StorageCorruptionError(f"{where}: unknown stored batch version {version}")
+    if stored_base != base_offset:
+        raise StorageCorruptionError(
+            f"{where}: stored batch says base offset {stored_base}, key says {base_offset}"
+        )
+    data = value[STORED_HEADER_SIZE:]
+    try:
+        header = parse_batch(data, verify=False)
+    except BrokerError as exc:
+        raise StorageCorruptionError(f"{where}: {exc.message}") from exc
+    return StoredBatch(base_offset, append_time, data, header)

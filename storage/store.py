@@ -1,0 +1,154 @@
+"""The node's one RocksDB database.
+
+Every Raft group on a node writes into this single database under its own key
+prefix (DESIGN.md "Storage layout"). Prefixes must be *prefix-free*: no prefix
+may be a prefix of another, or ``delete_prefix``/``iter_prefix`` of one group
+would reach into another. cluster/ uses fixed-length prefixes
+(``b"P" + topic_id u32 + partition u32``), which are prefix-free by construction.
+
+Durability: writes go through RocksDB's write-ahead log without fsync, so an
+acknowledged write survives a process crash but not the loss of the machine's
+page cache; Raft replication covers a minority of machine losses (DESIGN.md
+rule 7). ``NodeStore(path, sync=True)`` fsyncs every write for the cautious.
+
+Thread-safety: RocksDB is safe for concurrent readers and writers; this class
+adds no locks. ``close`` must not race other calls (call it at shutdown).
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+from typing import cast
+
+from rocksdict import (
+    DBCompressionType,
+    Options,
+    Rdict,
+    ReadOptions,
+    WriteBatch,
+    WriteOptions,
+)
+
+__all__ = ["NodeStore", "prefix_upper_bound"]
+
+
+def prefix_upper_bound(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key that starts with ``prefix``.
+
+    ``None`` when no such key exists (the prefix is empty or all 0xff).
+    """
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+class NodeStore:
+    """The node's one RocksDB (rocksdict ``Rdict``, raw mode: bytes keys and values, no pickle)."""
+
+    def __init__(self, path: pathlib.Path, *, sync: bool = False) -> None:
+        self.path = pathlib.Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(True)
+        # Record batches are already compact producer bytes; LZ4 is cheap and
+        # helps text payloads without costing the apply path much.
+        opts.set_compression_type(DBCompressionType.lz4())
+        opts.set_write_buffer_size(64 * 1024 * 1024)
+        opts.set_max_write_buffer_number(4)
+        opts.set_max_background_jobs(4)
+        self.db: Rdict = Rdict(str(self.path), opts)
+        self._write_opts = WriteOptions()
+        self._write_opts.sync = sync
+        self._closed = False
+
+    # -- writes ---------------------------------------------------------------
+
+    def new_batch(self) -> WriteBatch:
+        """An empty raw-mode WriteBatch for this database."""
+        return WriteBatch(raw_mode=True)
+
+    def write(self, batch: WriteBatch) -> None:
+        """Apply ``batch`` atomically (all of it or none of it survives a crash)."""
+        self.db.write(batch, self._write_opts)
+
+    def delete_prefix(self, prefix: bytes) -> None:
+        """Delete every key that starts with ``prefix`` (one range tombstone)."""
+        if not prefix:
+            raise ValueError("refusing to delete the whole database")
+        end = prefix_upper_bound(prefix)
+        if end is not None:
+            self.db.delete_range(prefix, end, self._write_opts)
+            return
+        batch = self.new_batch()
+        for key, _value in self.iter_prefix(prefix):
+            batch.delete(key)
+        self.write(batch)
+
+    # -- reads ----------------------------------------------------------------
+
+    def iter_range(
+        self,
+        lower: bytes,
+        upper: bytes | None,
+        *,
+        backwards: bool = False,
+        floor: bytes | None = None,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` pairs with ``lower <= key < upper`` (``upper`` None: unbounded).
+
+        Forward by default, starting at ``lower``; with ``floor``, starting at
+        the greatest key ``<= floor`` in the range (or the first key in the
+        range if there is none). ``backwards`` walks from the last key down.
+        The bounds are checked here: rocksdict does not honour the lower
+        bound of a backward iterator. The iterator reads a point-in-time view
+        (RocksDB pins one when the iterator is created).
+        """
+        ro = ReadOptions()
+        if upper is not None and not backwards:
+            ro.set_iterate_upper_bound(upper)
+        it = self.db.iter(ro)
+        if backwards:
+            if upper is None:
+                it.seek_to_last()
+            else:
+                it.seek_for_prev(upper)
+                if it.valid() and cast(bytes, it.key()) >= upper:
+                    it.prev()
+            while it.valid():
+                key = cast(bytes, it.key())
+                if key < lower:
+                    return
+                yield key, cast(bytes, it.value())
+                it.prev()
+            return
+        if floor is not None:
+            it.seek_for_prev(floor)
+            if not it.valid() or cast(bytes, it.key()) < lower:
+                it.seek(lower)
+        else:
+            it.seek(lower)
+        while it.valid():
+            key = cast(bytes, it.key())
+            if upper is not None and key >= upper:
+                return
+            yield key, cast(bytes, it.value())
+            it.next()
+
+    def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Every ``(key, value)`` whose key starts with ``prefix``, in key order."""
+        for key, value in self.iter_range(prefix, prefix_upper_bound(prefix)):
+            if not key.startswith(prefix):  # only reachable for all-0xff prefixes
+                break
+            yield key, value
+
+    def close(self) -> None:
+        """Flush memtables and close. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.db.flush()
+        finally:
+            self.db.close()
