@@ -1,0 +1,397 @@
+"""One Raft group on this node: a PySyncObj instance driving a ``StateMachine``.
+
+Terms:
+
+* *ready leader*: this node is leader and the barrier (``NOOP_COMMAND``) it
+  proposed in the current term has been applied. Only then does its state
+  machine hold every entry committed by earlier leaders (DESIGN rule 7), so
+  only then does ``is_leader()`` return True and ``submit`` propose.
+* *state index*: ``StateMachine.last_applied``, which the machine persists
+  with its state; entries at or below it are skipped on replay.
+
+Threading: the SyncObj, the state machine and everything named ``_tick*`` or
+``_on_*`` run on the owning ticker shard's thread. The public read methods
+(``is_leader``, ``leader``, ``term``, ...) read single attributes written by
+that thread (atomic under the GIL) and may be called from any thread.
+``submit`` must be awaited on the node's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj.config import FAIL_REASON
+
+from raft import pysyncobj_patches as patches
+from raft import snapshot
+from raft.errors import (
+    NotLeaderError,
+    QueueFullError,
+    RaftApplyError,
+    RaftCommandFailed,
+    RaftError,
+    RaftTimeoutError,
+)
+from raft.settings import GroupStatus, LeadershipEvent, RaftSettings
+from raft.state_machine import NOOP_COMMAND, StateMachine
+from raft.ticker import ProxyPoller, TickerShard
+from raft.transport import SharedPortTransport
+
+logger = logging.getLogger(__name__)
+
+_FAIL_NAMES = {
+    v: k for k, v in vars(FAIL_REASON).items() if not k.startswith("_") and isinstance(v, int)
+}
+_STATE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
+EXIT_CORRUPT_SNAPSHOT = 70
+
+
+def _fatal_corrupt_snapshot(group_id: str, path: str, exc: BaseException) -> None:
+    """Fail-stop on a corrupted snapshot.
+
+    PySyncObj's ``__loadDumpFile`` swallows every exception and then keeps
+    applying journal entries over a state machine that lacks the snapshot,
+    silently diverging. Nothing raised here can escape it (a bare
+    ``except:`` catches SystemExit too), so the only safe outcome is to end
+    the process; the file is left in place for the operator, and the node
+    will not start until it is repaired or removed (then it re-fetches the
+    snapshot from the leader). Tests replace this hook.
+    """
+    logger.critical(
+        "group %r: snapshot %s is corrupted (%s); exiting with status %d to avoid "
+        "applying the log over incomplete state",
+        group_id,
+        path,
+        exc,
+        EXIT_CORRUPT_SNAPSHOT,
+    )
+    logging.shutdown()
+    os._exit(EXIT_CORRUPT_SNAPSHOT)
+
+
+fatal_corrupt_snapshot: Callable[[str, str, BaseException], None] = _fatal_corrupt_snapshot
+
+
+class _GroupSyncObj(SyncObj):  # type: ignore[misc]  # PySyncObj is untyped
+    """The SyncObj of one group; its single replicated method applies a command."""
+
+    def __init__(self, owner: RaftGroup, *args: Any, **kwargs: Any) -> None:
+        self._owner = owner
+        super().__init__(*args, **kwargs)
+
+    @replicated  # type: ignore[untyped-decorator]  # PySyncObj's decorator is untyped
+    def apply_command(self, command: bytes) -> Any:
+        # Inside a replicated method the entry's Raft index is lastApplied + 1.
+        return self._owner._apply(self.raftLastApplied + 1, command)
+
+
+class RaftGroup:
+    """Handle of one group on this node (see module doc for terms and threading)."""
+
+    def __init__(
+        self,
+        group_id: str,
+        members: tuple[str, ...],
+        self_address: str,
+        sm: StateMachine,
+        data_dir: str,
+        settings: RaftSettings,
+        loop: asyncio.AbstractEventLoop,
+        shard: TickerShard,
+        on_event: Callable[[LeadershipEvent], None] | None,
+        on_rejected: Callable[[str], None],
+    ) -> None:
+        self.group_id = group_id
+        self.members = members
+        self.self_address = self_address
+        self.data_dir = data_dir
+        self._sm = sm
+        self._settings = settings
+        self._loop = loop
+        self._shard = shard
+        self._on_event = on_event
+        self._on_rejected = on_rejected
+        self._so: _GroupSyncObj | None = None
+        self._ready_term = -1  # term whose barrier this node applied as leader
+        self._barrier_term = -1  # term for which a barrier is in flight
+        self._last_event: tuple[bool, str | None, int] | None = None
+        self._destroyed = False
+
+    # --- construction / destruction (shard thread) -------------------------
+
+    def _conf(self) -> SyncObjConf:
+        s = self._settings
+        conf = SyncObjConf(
+            autoTick=False,
+            password=s.password,
+            appendEntriesUseBatch=False,
+            appendEntriesPeriod=s.heartbeat_s,
+            raftMinTimeout=s.election_timeout_min_s,
+            raftMaxTimeout=s.election_timeout_max_s,
+            leaderFallbackTimeout=s.leader_fallback_s,
+            connectionTimeout=s.connection_timeout_s,
+            connectionRetryTime=s.connection_retry_s,
+            logCompactionMinEntries=s.log_compaction_min_entries,
+            logCompactionMinTime=s.log_compaction_min_time_s,
+            logCompactionSplit=s.log_compaction_split,
+            logCompactionBatchSize=1 << 20,
+            commandsQueueSize=s.commands_queue_size,
+            commandsWaitLeader=False,
+            appendEntriesBatchSizeBytes=s.max_entry_bytes,
+            journalFile=os.path.join(self.data_dir, "raft.journal"),
+            fullDumpFile=os.path.join(self.data_dir, "raft.dump"),
+            serializer=self._serialize,
+            deserializer=self._deserialize,
+            maxBindRetries=1,
+            dynamicMembershipChange=False,
+            sendBufferSize=1 << 20,
+            recvBufferSize=1 << 20,
+        )
+        conf.validate()
+        return conf
+
+    def _construct(self) -> None:
+        os.makedirs(self.data_dir, exist_ok=True)
+        transport_class = functools.partial(
+            SharedPortTransport, group_id=self.group_id, on_rejected=self._on_rejected
+        )
+        others = [m for m in self.members if m != self.self_address]
+        with patches.constructing_with_poller(ProxyPoller(self._shard, self.group_id)):
+            self._so = _GroupSyncObj(
+                self, self.self_address, others, self._conf(), transportClass=transport_class
+            )
+
+    def _destroy(self) -> None:
+        so = self._so
+        if so is None or self._destroyed:
+            return
+        self._destroyed = True
+        try:
+            patches.raft_log(so).onOneSecondTimer()  # persist the commit index
+        except Exception:
+            logger.exception("group %r: failed to store journal meta", self.group_id)
+        so.destroy()  # manual-tick mode: synchronous (transport closed, journal flushed+closed)
+        patches.close_pipe_notifier(so)
+        self._emit(force=(False, None, self.term()))
+
+    # --- ticking (shard thread) ---------------------------------------------
+
+    def tick(self) -> None:
+        so = self._so
+        if so is None or self._destroyed:
+            return
+        so.doTick(0.0)
+        self._after_tick(so)
+
+    def _after_tick(self, so: _GroupSyncObj) -> None:
+        term = so.raftCurrentTerm
+        if so._isLeader() and self._ready_term != term and self._barrier_term != term:
+            self._barrier_term = term
+            so.apply_command(NOOP_COMMAND, callback=functools.partial(self._on_barrier, term))
+        self._emit()
+
+    def _on_barrier(self, term: int, result: Any, err: int) -> None:
+        so = self._so
+        if so is None:
+            return
+        if err == FAIL_REASON.SUCCESS and so._isLeader() and so.raftCurrentTerm == term:
+            self._ready_term = term
+        elif self._barrier_term == term:
+            self._barrier_term = -1  # still leader of this term? propose it again next tick
+        self._emit()
+
+    def _emit(self, force: tuple[bool, str | None, int] | None = None) -> None:
+        state = force if force is not None else (self.is_leader(), self.leader(), self.term())
+        if state == self._last_event:
+            return
+        self._last_event = state
+        if self._on_event is None:
+            return
+        event = LeadershipEvent(self.group_id, state[0], state[1], state[2])
+        with contextlib.suppress(RuntimeError):  # loop closed: nobody listens any more
+            self._loop.call_soon_threadsafe(self._on_event, event)
+
+    # --- state machine bridge (shard thread) --------------------------------
+
+    def _apply(self, index: int, command: bytes) -> Any:
+        try:
+            return self._sm.apply(index, command)
+        except Exception as e:
+            # Never propagate: an exception here wedges the group on every replica.
+            logger.exception(
+                "group %r: StateMachine.apply failed at index %d", self.group_id, index
+            )
+            return RaftApplyError(self.group_id, index, f"{type(e).__name__}: {e}")
+
+    def _serialize(self, tmp_path: str, raft_data: Any) -> None:
+        snapshot.write_snapshot(tmp_path, raft_data, self._sm.last_applied, self._sm.write_snapshot)
+
+    def _deserialize(self, path: str) -> Any:
+        try:
+            reader = snapshot.SnapshotReader(path)
+            if self._sm.last_applied < reader.state_index:
+                with reader.open_body() as body:
+                    self._sm.read_snapshot(body, reader.state_index)
+                logger.info(
+                    "group %r: restored state machine from snapshot at index %d",
+                    self.group_id,
+                    reader.state_index,
+                )
+            return reader.raft_data
+        except Exception as e:
+            # Corrupted container, I/O error, or read_snapshot failing half-way
+            # (the machine's state is then unknown): all fatal.
+            fatal_corrupt_snapshot(self.group_id, path, e)
+            raise
+
+    # --- public API ------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        so = self._so
+        return (
+            so is not None
+            and not self._destroyed
+            and so._isLeader()
+            and self._ready_term == so.raftCurrentTerm
+        )
+
+    def leader(self) -> str | None:
+        so = self._so
+        if so is None or self._destroyed:
+            return None
+        node = so._getLeader()
+        return None if node is None else str(node.id)
+
+    def term(self) -> int:
+        so = self._so
+        return 0 if so is None else int(so.raftCurrentTerm)
+
+    def commit_index(self) -> int:
+        so = self._so
+        return 0 if so is None else int(so.raftCommitIndex)
+
+    def last_applied(self) -> int:
+        so = self._so
+        return 0 if so is None else int(so.raftLastApplied)
+
+    async def submit(self, command: bytes, timeout: float) -> Any:  # noqa: ASYNC109 - API contract
+        """Propose ``command`` and return ``sm.apply``'s result for it on this node.
+
+        Raises NotLeaderError (not the ready leader; nothing proposed),
+        QueueFullError (nothing proposed), RaftCommandFailed or
+        RaftTimeoutError (outcome unknown: may still commit), or the
+        RaftApplyError that apply produced.
+        """
+        so = self._so
+        if so is None or not self.is_leader():
+            raise NotLeaderError(self.leader(), self.group_id)
+        loop = self._loop
+        fut: asyncio.Future[Any] = loop.create_future()
+
+        def resolve(result: Any, err: int) -> None:
+            if fut.done():
+                return  # the caller timed out or was cancelled
+            if err == FAIL_REASON.SUCCESS:
+                if isinstance(result, RaftApplyError):
+                    fut.set_exception(result)
+                else:
+                    fut.set_result(result)
+            else:
+                fut.set_exception(self._error_for(err))
+
+        def callback(result: Any, err: int) -> None:  # shard thread (or ours for QUEUE_FULL)
+            with contextlib.suppress(RuntimeError):  # loop closed
+                loop.call_soon_threadsafe(resolve, result, err)
+
+        so.apply_command(command, callback=callback)
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError as e:
+            raise RaftTimeoutError(
+                f"group {self.group_id!r}: no commit within {timeout}s (outcome unknown)"
+            ) from e
+
+    def submit_threadsafe(
+        self, command: bytes, callback: Callable[[Any, RaftError | None], None]
+    ) -> None:
+        """Propose from any thread; ``callback(result, error)`` runs on the shard thread
+        (or synchronously on the caller's thread for NotLeaderError/QueueFullError)."""
+        so = self._so
+        if so is None or not self.is_leader():
+            callback(None, NotLeaderError(self.leader(), self.group_id))
+            return
+
+        def on_done(result: Any, err: int) -> None:
+            if err != FAIL_REASON.SUCCESS:
+                callback(None, self._error_for(err))
+            elif isinstance(result, RaftApplyError):
+                callback(None, result)
+            else:
+                callback(result, None)
+
+        so.apply_command(command, callback=on_done)
+
+    def _error_for(self, err: int) -> RaftError:
+        if err == FAIL_REASON.QUEUE_FULL:
+            return QueueFullError(f"group {self.group_id!r}: command queue full")
+        if err in (FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER):
+            return NotLeaderError(self.leader(), self.group_id)
+        return RaftCommandFailed(_FAIL_NAMES.get(err, str(err)), self.group_id)
+
+    def status(self) -> GroupStatus:
+        so = self._so
+        if so is None:
+            return GroupStatus("follower", None, 0, 0, 0, False)
+        for _ in range(5):
+            try:
+                state = patches.raft_state(so)
+                match = (
+                    {str(n.id): int(i) for n, i in dict(patches.raft_match_index(so)).items()}
+                    if state == 2
+                    else {}
+                )
+                connected = frozenset(str(n.id) for n in set(patches.connected_nodes(so)))
+                return GroupStatus(
+                    state=_STATE_NAMES.get(state, str(state)),
+                    leader=self.leader(),
+                    term=self.term(),
+                    commit_index=self.commit_index(),
+                    last_applied=self.last_applied(),
+                    has_quorum=bool(so.hasQuorum),
+                    match_index=match,
+                    connected=connected,
+                )
+            except RuntimeError:
+                continue  # a dict/set changed size while copied by the shard thread
+        raise RaftError(f"group {self.group_id!r}: status unavailable (concurrent updates)")
+
+    def transfer_leadership(self, to: str) -> None:
+        """Ask the leader to hand over to ``to`` (must be caught up); best effort.
+
+        The outcome shows up as a LeadershipEvent / ``leader()`` change.
+        """
+
+        def run() -> None:
+            so = self._so
+            if so is None or self._destroyed:
+                return
+
+            def done(_result: Any, err: int) -> None:
+                if err != FAIL_REASON.SUCCESS:
+                    logger.info(
+                        "group %r: leadership transfer to %s refused: %s",
+                        self.group_id,
+                        to,
+                        _FAIL_NAMES.get(err, err),
+                    )
+
+            so.transferLeadership(to, done)
+
+        self._shard.call(run)

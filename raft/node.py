@@ -1,0 +1,228 @@
+"""``RaftNode``: all Raft groups of this process, one port, a few ticker threads.
+
+Lifecycle: ``start()`` binds the node's single Raft port and starts the
+listener and ticker threads; ``add_group``/``remove_group`` create and
+destroy groups (on their ticker shard, synchronously); ``stop()`` destroys
+every group (journals flushed and closed), stops the threads and closes the
+port. Groups are assigned to shards by a stable hash (CRC32) of the group id.
+
+Thread-safety: every public method may be called from any thread except a
+ticker thread; the group registry is guarded by ``_lock`` (never held while
+waiting for a shard).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import pathlib
+import re
+import shutil
+import socket
+import threading
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+
+from raft import pysyncobj_patches as patches
+from raft.errors import RaftError
+from raft.group import RaftGroup
+from raft.settings import LeadershipEvent, RaftSettings
+from raft.state_machine import StateMachine
+from raft.ticker import TickerShard
+from raft.transport import Listener
+
+logger = logging.getLogger(__name__)
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_CALL_TIMEOUT_S = 30.0
+
+
+def group_dir_name(group_id: str) -> str:
+    """Filesystem-safe, collision-free directory name for a group id."""
+    digest = hashlib.sha256(group_id.encode("utf-8")).hexdigest()[:10]
+    return f"{_UNSAFE.sub('_', group_id)[:80]}-{digest}"
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"raft address must be 'host:port', got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+class RaftNode:
+    """All Raft groups hosted by this process (see module doc)."""
+
+    def __init__(
+        self,
+        self_address: str,
+        data_dir: pathlib.Path,
+        settings: RaftSettings,
+        loop: asyncio.AbstractEventLoop,
+        bind_host: str | None = None,
+    ) -> None:
+        patches.apply()
+        host, port = split_address(self_address)
+        self.self_address = self_address
+        self.data_dir = pathlib.Path(data_dir)
+        self.settings = settings
+        self._loop = loop
+        self._bind = (bind_host or host, port)
+        self._lock = threading.Lock()
+        self._groups: dict[str, RaftGroup] = {}
+        self._shards: list[TickerShard] = []
+        self._listener: Listener | None = None
+        self._started = False
+        self._stopped = False
+        self.rejected_connections = 0
+
+    # --- lifecycle ----------------------------------------------------------
+
+    def start(self) -> None:
+        if self._started:
+            raise RaftError("RaftNode already started")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._listener = Listener(self._bind[0], self._bind[1], self._dispatch, self._rejected)
+        except OSError as e:
+            raise RaftError(f"cannot bind raft port {self._bind[0]}:{self._bind[1]}: {e}") from e
+        self._shards = [
+            TickerShard(i, self.settings.tick_interval_s) for i in range(self.settings.tick_threads)
+        ]
+        for shard in self._shards:
+            shard.start()
+        self._listener.start()
+        self._started = True
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._stopped or not self._started:
+                self._stopped = True
+                return
+            self._stopped = True
+            groups = list(self._groups.values())
+            self._groups.clear()
+        if self._listener is not None:
+            self._listener.stop()
+        for shard in self._shards:
+            mine = [g for g in groups if g._shard is shard]
+
+            def finalize(mine: list[RaftGroup] = mine, shard: TickerShard = shard) -> None:
+                for g in mine:
+                    shard.groups.pop(g.group_id, None)
+                    try:
+                        g._destroy()
+                    except Exception:
+                        logger.exception("failed to destroy group %r", g.group_id)
+
+            shard.stop(finalize)
+
+    # --- groups ---------------------------------------------------------------
+
+    def add_group(
+        self,
+        group_id: str,
+        members: Sequence[str],
+        sm: StateMachine,
+        on_event: Callable[[LeadershipEvent], None] | None = None,
+    ) -> RaftGroup:
+        """Create and start this node's replica of ``group_id`` (static membership).
+
+        ``members`` are all voters' raft addresses, including this node's.
+        Blocks until the group exists on its ticker shard (milliseconds; the
+        journal is replayed later, by the first ticks).
+        """
+        if self.self_address not in members:
+            raise RaftError(f"{self.self_address} is not a member of group {group_id!r}")
+        for m in members:
+            split_address(m)
+        shard = self._shard_for(group_id)
+        with self._lock:
+            if not self._started or self._stopped:
+                raise RaftError("RaftNode is not running")
+            if group_id in self._groups:
+                raise RaftError(f"group {group_id!r} already exists")
+            group = RaftGroup(
+                group_id=group_id,
+                members=tuple(dict.fromkeys(members)),
+                self_address=self.self_address,
+                sm=sm,
+                data_dir=str(self.data_dir / group_dir_name(group_id)),
+                settings=self.settings,
+                loop=self._loop,
+                shard=shard,
+                on_event=on_event,
+                on_rejected=self._rejected,
+            )
+            self._groups[group_id] = group
+
+        def construct() -> None:
+            group._construct()
+            shard.groups[group_id] = group
+
+        try:
+            shard.call(construct).result(_CALL_TIMEOUT_S)
+        except Exception as e:
+            with self._lock:
+                self._groups.pop(group_id, None)
+            raise RaftError(f"cannot create group {group_id!r}: {e}") from e
+        return group
+
+    def remove_group(self, group_id: str, delete_data: bool = False) -> None:
+        with self._lock:
+            group = self._groups.pop(group_id, None)
+        if group is None:
+            return
+        shard = group._shard
+
+        def destroy() -> None:
+            shard.groups.pop(group_id, None)
+            group._destroy()
+
+        shard.call(destroy).result(_CALL_TIMEOUT_S)
+        if delete_data:
+            shutil.rmtree(group.data_dir, ignore_errors=True)
+
+    def group(self, group_id: str) -> RaftGroup | None:
+        return self._groups.get(group_id)
+
+    @property
+    def groups(self) -> Mapping[str, RaftGroup]:
+        with self._lock:
+            return MappingProxyType(dict(self._groups))
+
+    @property
+    def listen_address(self) -> tuple[str, int] | None:
+        return None if self._listener is None else self._listener.address
+
+    # --- internals --------------------------------------------------------------
+
+    def _shard_for(self, group_id: str) -> TickerShard:
+        if not self._shards:
+            raise RaftError("RaftNode is not started")
+        return self._shards[zlib.crc32(group_id.encode("utf-8")) % len(self._shards)]
+
+    def _dispatch(self, group_id: str, sock: socket.socket) -> bool:
+        """Listener thread: hand an accepted socket to its group's shard."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return False
+
+        def adopt() -> None:
+            so = group._so
+            if so is None or group._destroyed or group_id not in group._shard.groups:
+                sock.close()
+                return
+            try:
+                patches.transport_of(so).adopt_incoming(sock)
+            except Exception:
+                logger.exception("group %r: cannot adopt incoming connection", group_id)
+                sock.close()
+
+        group._shard.call(adopt)
+        return True
+
+    def _rejected(self, why: str) -> None:
+        self.rejected_connections += 1

@@ -1,0 +1,209 @@
+"""Every monkeypatch and private-attribute access of PySyncObj, in one place.
+
+PySyncObj 0.3.17 is pinned. ``audit()`` asserts that every internal touched
+here still exists, and ``tests/unit/test_raft_patches.py`` runs it, so an
+upgrade that moves them fails loudly instead of silently losing a fix.
+
+Patches (``apply()``, idempotent, run before any SyncObj is built):
+
+* pickle protocol 2 -> 4 (``pysyncobj.pickle.__protocol``): protocol 2 pickles
+  ``bytes`` as latin-1 text, ~40x slower for binary payloads. All nodes run it.
+* ``pysyncobj.syncobj.createPoller`` returns the ticker shard's proxy poller
+  while a shard is constructing a group (thread-local), else the original.
+* ``pysyncobj.syncobj.getEncryptor`` is memoised: PBKDF2 costs ~25 ms per
+  SyncObj otherwise, paid on the thread that adds the group.
+* a logging filter demotes the "truncating already-applied log entries"
+  CRITICAL (raised by PySyncObj's duplicate retransmission, reference 4.4) to
+  a WARNING and counts it in ``TRUNCATION_WARNINGS``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pysyncobj.pickle as _psc_pickle
+import pysyncobj.syncobj as _psc_syncobj
+import pysyncobj.transport as _psc_transport
+from pysyncobj.poller import createPoller as _original_create_poller
+
+PICKLE_PROTOCOL = 4
+
+_lock = threading.Lock()
+_applied = False
+_construct_ctx = threading.local()
+
+
+class _Counter:
+    """A thread-safe monotonically increasing counter."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value = 0
+
+    def inc(self) -> None:
+        with self._lock:
+            self._value += 1
+
+    @property
+    def value(self) -> int:
+        return self._value
+
+
+TRUNCATION_WARNINGS = _Counter()
+
+
+class _TruncationFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.CRITICAL and str(record.msg).startswith(
+            "truncating already-applied log entries"
+        ):
+            record.levelno = logging.WARNING
+            record.levelname = "WARNING"
+            TRUNCATION_WARNINGS.inc()
+        return True
+
+
+def _create_poller(poller_type: str) -> Any:
+    proxy = getattr(_construct_ctx, "poller", None)
+    if proxy is not None:
+        return proxy
+    return _original_create_poller(poller_type)
+
+
+_original_get_encryptor: Callable[[Any], Any] = _psc_syncobj.getEncryptor
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_encryptor(password: str | bytes) -> Any:
+    return _original_get_encryptor(password)
+
+
+def apply() -> None:
+    """Install all patches (idempotent, thread-safe)."""
+    global _applied
+    with _lock:
+        if _applied:
+            return
+        audit()
+        _psc_pickle.__dict__["__protocol"] = PICKLE_PROTOCOL
+        _psc_syncobj.createPoller = _create_poller
+        _psc_syncobj.getEncryptor = _cached_encryptor
+        logging.getLogger(_psc_syncobj.__name__).addFilter(_TruncationFilter())
+        _applied = True
+
+
+def apply_pickle_protocol_only() -> None:
+    """Only the protocol-4 patch (for the stock-PySyncObj comparison benchmark)."""
+    _psc_pickle.__dict__["__protocol"] = PICKLE_PROTOCOL
+
+
+@contextmanager
+def constructing_with_poller(poller: Any) -> Iterator[None]:
+    """Within this block, SyncObj.__init__ on this thread uses ``poller``."""
+    _construct_ctx.poller = poller
+    try:
+        yield
+    finally:
+        _construct_ctx.poller = None
+
+
+# --- private attribute access (all name-mangled SyncObj internals) ---------
+
+
+def raft_next_index(so: Any) -> dict[Any, int]:
+    result: dict[Any, int] = so._SyncObj__raftNextIndex
+    return result
+
+
+def raft_match_index(so: Any) -> dict[Any, int]:
+    result: dict[Any, int] = so._SyncObj__raftMatchIndex
+    return result
+
+
+def raft_state(so: Any) -> int:
+    return int(so._SyncObj__raftState)
+
+
+def connected_nodes(so: Any) -> set[Any]:
+    result: set[Any] = so._SyncObj__connectedNodes
+    return result
+
+
+def transport_of(so: Any) -> Any:
+    return so._SyncObj__transport
+
+
+def raft_log(so: Any) -> Any:
+    return so._SyncObj__raftLog
+
+
+def close_pipe_notifier(so: Any) -> None:
+    """Close the PipeNotifier's pipe (PySyncObj never closes it: 2 fds leak per group)."""
+    notifier = so.__dict__.get("_SyncObj__pipeNotifier")
+    if notifier is None:
+        return
+    for attr in ("_PipeNotifier__pipeR", "_PipeNotifier__pipeW"):
+        fd = getattr(notifier, attr, None)
+        if fd is not None:
+            try:
+                so._poller.unsubscribe(fd)
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def audit() -> None:
+    """Assert the PySyncObj internals this package relies on still exist."""
+    import pysyncobj.pipe_notifier as pn
+    import pysyncobj.version as ver
+
+    problems: list[str] = []
+    if ver.VERSION != "0.3.17":
+        problems.append(f"pysyncobj version {ver.VERSION} != audited 0.3.17")
+    if "__protocol" not in _psc_pickle.__dict__:
+        problems.append("pysyncobj.pickle.__protocol missing")
+    for name in ("createPoller", "getEncryptor", "PipeNotifier", "SyncObj", "replicated"):
+        if not hasattr(_psc_syncobj, name):
+            problems.append(f"pysyncobj.syncobj.{name} missing")
+    so_cls = _psc_syncobj.SyncObj
+    for name in (
+        "_SyncObj__sendAppendEntries",
+        "_SyncObj__onMessageReceived",
+        "_SyncObj__loadDumpFile",
+        "doTick",
+        "_isLeader",
+        "_getLeader",
+        "transferLeadership",
+        "raftLastApplied",
+        "raftCommitIndex",
+        "raftCurrentTerm",
+        "hasQuorum",
+    ):
+        if not hasattr(so_cls, name):
+            problems.append(f"SyncObj.{name} missing")
+    tt = _psc_transport.TCPTransport
+    for name in (
+        "_createServer",
+        "_maybeBind",
+        "_onNewIncomingConnection",
+        "_onIncomingMessageReceived",
+        "_onMessageReceived",
+        "addNode",
+        "_connToNode",
+    ):
+        if not hasattr(tt, name):
+            problems.append(f"TCPTransport.{name} missing")
+    if not hasattr(pn.PipeNotifier, "_PipeNotifier__onNewNotification"):
+        problems.append("PipeNotifier internals changed")
+    src = _psc_syncobj.SyncObj.__init__.__code__.co_names
+    for name in ("createPoller", "getEncryptor", "PipeNotifier"):
+        if name not in src:
+            problems.append(f"SyncObj.__init__ no longer calls {name}")
+    if problems:
+        raise RuntimeError("PySyncObj internals changed: " + "; ".join(problems))

@@ -1,0 +1,72 @@
+"""Value types of the public API: settings, leadership events, group status."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class RaftSettings:
+    """Per-node Raft settings, applied to every group of the node.
+
+    ``password`` is PySyncObj's Fernet password: every Raft frame is encrypted
+    and authenticated with it, so it must be non-empty and the same on all nodes.
+    """
+
+    password: str
+    tick_threads: int = 1
+    heartbeat_s: float = 0.1
+    election_timeout_min_s: float = 0.8
+    election_timeout_max_s: float = 1.6
+    leader_fallback_s: float = 2.5
+    connection_timeout_s: float = 30.0
+    connection_retry_s: float = 1.0
+    log_compaction_min_entries: int = 2000
+    log_compaction_min_time_s: float = 600.0
+    commands_queue_size: int = 10000
+    max_entry_bytes: int = 1 << 20
+    # Longest a ticker shard sleeps between full ticks of all its groups when
+    # idle (socket events and submissions wake it earlier). It bounds how late
+    # election timeouts and heartbeats fire, so keep it well below heartbeat_s.
+    tick_interval_s: float = 0.05
+    # Split compaction windows across members (PySyncObj logCompactionSplit).
+    log_compaction_split: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.password:
+            raise ValueError(
+                "RaftSettings.password is required (Raft traffic must be authenticated)"
+            )
+        if self.tick_threads < 1:
+            raise ValueError("tick_threads must be >= 1")
+        if not 0 < self.tick_interval_s <= self.heartbeat_s:
+            raise ValueError("tick_interval_s must be in (0, heartbeat_s]")
+
+
+@dataclass(frozen=True, slots=True)
+class LeadershipEvent:
+    """A change of this node's view of a group's leadership.
+
+    ``is_leader`` is True only once this node is leader *and* the barrier it
+    proposed for ``term`` has committed (DESIGN rule 7): only then is its
+    applied state complete for the term and safe to serve.
+    """
+
+    group_id: str
+    is_leader: bool
+    leader: str | None
+    term: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """Point-in-time status of one group on this node (reads may race the ticker)."""
+
+    state: str
+    leader: str | None
+    term: int
+    commit_index: int
+    last_applied: int
+    has_quorum: bool
+    match_index: dict[str, int] = field(default_factory=dict)
+    connected: frozenset[str] = frozenset()

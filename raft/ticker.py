@@ -1,0 +1,201 @@
+"""Ticker shards: a few threads drive every SyncObj of the node (``autoTick=False``).
+
+Each shard owns one real poller and a set of groups. A group's SyncObj gets
+a ``ProxyPoller`` (installed through ``pysyncobj_patches.constructing_with_poller``):
+subscriptions go to the shard's poller, wrapped so that an event marks the
+group *dirty*; ``poll()`` is a no-op because the shard polls once for all.
+
+Loop: run control tasks (create/destroy groups, adopt sockets, transfers),
+tick every group when the tick interval has elapsed and otherwise only the
+dirty ones (an idle node does one pass per interval, not one per received
+heartbeat), then one real ``poll``.
+
+Threading: SyncObj is not thread-safe, so every SyncObj is constructed,
+ticked, fed and destroyed on its shard's thread. ``call()`` is the only way in
+from other threads (a lock-free queue plus a wake-up pipe).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Protocol, TypeVar
+
+from pysyncobj.poller import POLL_EVENT_TYPE, PollPoller
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Tickable(Protocol):
+    group_id: str
+
+    def tick(self) -> None: ...
+
+
+class ProxyPoller:
+    """The poller a SyncObj sees: forwards to the shard, marks its group dirty."""
+
+    def __init__(self, shard: TickerShard, group_id: str) -> None:
+        self._shard = shard
+        self._group_id = group_id
+
+    def subscribe(self, descr: int, callback: Callable[[int, int], None], event_mask: int) -> None:
+        group_id = self._group_id
+        shard = self._shard
+
+        def on_event(d: int, e: int) -> None:
+            shard.dirty.add(group_id)
+            callback(d, e)
+
+        shard.poller.subscribe(descr, on_event, event_mask)
+
+    def unsubscribe(self, descr: int) -> None:
+        self._shard.poller.unsubscribe(descr)
+
+    def poll(self, timeout: float) -> None:
+        """No-op: the shard polls once for all its groups."""
+
+
+class _SafePoller(PollPoller):  # type: ignore[misc]  # PySyncObj is untyped
+    """PollPoller whose callbacks cannot abort the poll loop for other descriptors."""
+
+    def poll(self, timeout: float) -> None:
+        events = self._PollPoller__poll.poll(timeout * 1000)
+        callbacks = self._PollPoller__descrToCallbacks
+        for descr, event in events:
+            mask = 0
+            if event & 0x001:  # POLLIN
+                mask |= POLL_EVENT_TYPE.READ
+            if event & 0x004:  # POLLOUT
+                mask |= POLL_EVENT_TYPE.WRITE
+            if event & (0x008 | 0x010 | 0x020):  # POLLERR | POLLHUP | POLLNVAL
+                mask |= POLL_EVENT_TYPE.ERROR
+            cb = callbacks.get(descr)
+            if cb is None:
+                self.unsubscribe(descr)
+                continue
+            try:
+                cb(descr, mask)
+            except Exception:
+                logger.exception("raft poll callback failed (fd %d)", descr)
+
+
+class TickerShard:
+    """One ticker thread and the groups it owns (see module doc)."""
+
+    def __init__(self, index: int, tick_interval: float) -> None:
+        self.index = index
+        self.tick_interval = tick_interval
+        self.poller = _SafePoller()
+        self.dirty: set[str] = set()
+        self.groups: dict[str, Tickable] = {}
+        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self.poller.subscribe(self._wake_r, self._on_wake, POLL_EVENT_TYPE.READ)
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=f"raft-ticker-{index}", daemon=True)
+        self.ticks = 0
+
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
+
+    def in_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def call(self, fn: Callable[[], T]) -> Future[T]:
+        """Run ``fn`` on the shard thread; the future holds its result or exception."""
+        fut: Future[T] = Future()
+
+        def task() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                fut.set_result(fn())
+            except BaseException as e:
+                fut.set_exception(e)
+
+        if self.in_thread():
+            task()
+            return fut
+        if self._stopping:
+            fut.set_exception(RuntimeError("ticker shard stopped"))
+            return fut
+        self._tasks.put(task)
+        self.wake()
+        return fut
+
+    def wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"w")
+        except BlockingIOError:
+            pass  # the pipe is full: a wake-up is already pending
+        except OSError:
+            pass  # closed during stop
+
+    def _on_wake(self, descr: int, mask: int) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def stop(self, finalize: Callable[[], None]) -> None:
+        """Run ``finalize`` on the shard thread, then end the thread and wait for it."""
+        if self._stopping:
+            return
+        done = self.call(finalize)
+        self._stopping = True
+        self.wake()
+        if self._thread.is_alive():
+            self._thread.join(30.0)
+            done.result(0)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def _run_tasks(self) -> None:
+        while True:
+            try:
+                task = self._tasks.get_nowait()
+            except queue.Empty:
+                return
+            task()
+
+    def _run(self) -> None:
+        next_full = 0.0
+        while True:
+            self._run_tasks()
+            if self._stopping:
+                self._run_tasks()
+                return
+            now = time.monotonic()
+            if now >= next_full:
+                targets = list(self.groups.values())
+                next_full = now + self.tick_interval
+            else:
+                targets = [g for gid in self.dirty if (g := self.groups.get(gid)) is not None]
+            self.dirty.clear()
+            for group in targets:
+                try:
+                    group.tick()
+                except Exception:
+                    logger.exception("raft tick failed for group %r", group.group_id)
+            self.ticks += 1
+            timeout = 0.0 if self.dirty else max(0.0, next_full - time.monotonic())
+            try:
+                self.poller.poll(timeout)
+            except Exception:
+                logger.exception("raft poller failed in shard %d", self.index)
+                time.sleep(0.01)

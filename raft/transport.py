@@ -1,0 +1,298 @@
+"""Many groups, one listening port: the per-group transport and the node listener.
+
+Wire protocol of one connection (dialer = the member with the greater
+address, as in PySyncObj):
+
+1. dialer -> acceptor: preamble ``b"TXRB" | u8 version | u16 len | group id``
+   (raw, unauthenticated; it only selects which group's transport receives
+   the socket).
+2. PySyncObj's own handshake, unchanged: random session keys, then the
+   dialer's address, all inside Fernet frames (``raft.connection``).
+3. Raft messages.
+
+``Listener`` (one per node, own thread) accepts, reads the preamble with a
+bounded length and a short deadline, and hands the socket to the owning
+group's ticker shard; garbage, unknown groups and slow peers are closed.
+``SharedPortTransport`` (one per group) is a ``TCPTransport`` without a
+server socket whose connections are ``FrameConnection``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pysyncobj.transport import TCPTransport
+
+from raft import pysyncobj_patches as patches
+from raft.connection import (
+    MAX_GROUP_ID_BYTES,
+    PREAMBLE_HEADER,
+    PREAMBLE_MAGIC,
+    PREAMBLE_VERSION,
+    FrameConnection,
+    encode_preamble,
+)
+
+logger = logging.getLogger(__name__)
+
+PREAMBLE_DEADLINE_S = 5.0
+
+
+class SharedPortTransport(TCPTransport):  # type: ignore[misc]  # PySyncObj is untyped
+    """``TCPTransport`` whose server socket is the node's shared ``Listener``.
+
+    Construct through ``functools.partial(SharedPortTransport, group_id=..,
+    on_rejected=..)`` passed as SyncObj's ``transportClass``.
+    """
+
+    def __init__(
+        self,
+        syncObj: Any,
+        selfNode: Any,
+        otherNodes: Any,
+        *,
+        group_id: str,
+        on_rejected: Callable[[str], None] | None = None,
+    ) -> None:
+        if syncObj.encryptor is None:
+            raise ValueError("SharedPortTransport requires a password (Fernet authentication)")
+        # Set before super().__init__, which calls addNode().
+        self._preamble = encode_preamble(group_id)
+        self._group_id = group_id
+        self._on_rejected = on_rejected
+        super().__init__(syncObj, selfNode, otherNodes)
+
+    # No per-group server: the node's Listener owns the port.
+    def _createServer(self) -> None:
+        self._server = None
+
+    def _maybeBind(self) -> None:
+        if not self.ready:
+            self._ready = True
+            self._bindOverEvent.set()
+
+    def _new_connection(self, sock: socket.socket | None = None) -> FrameConnection:
+        conf = self._syncObj.conf
+        return FrameConnection(
+            poller=self._syncObj._poller,
+            socket=sock,
+            timeout=conf.connectionTimeout,
+            sendBufferSize=conf.sendBufferSize,
+            recvBufferSize=conf.recvBufferSize,
+            keepalive=conf.tcp_keepalive,
+            preamble=None if sock is not None else self._preamble,
+            on_rejected=self._on_rejected,
+        )
+
+    def addNode(self, node: Any) -> None:
+        # Mirrors TCPTransport.addNode with our connection class.
+        self._nodes.add(node)
+        self._nodeAddrToNode[node.address] = node
+        if self._shouldConnect(node):
+            conn = self._new_connection()
+            conn.encryptor = self._syncObj.encryptor
+            conn.setOnConnectedCallback(functools.partial(self._onOutgoingConnected, conn))
+            conn.setOnMessageReceivedCallback(functools.partial(self._onMessageReceived, node))
+            conn.setOnDisconnectedCallback(functools.partial(self._onDisconnected, conn))
+            self._connections[node] = conn
+
+    def adopt_incoming(self, sock: socket.socket) -> None:
+        """Take over an accepted socket whose preamble named this group (ticker thread)."""
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._onNewIncomingConnection(self._new_connection(sock))
+
+    def _onIncomingMessageReceived(self, conn: Any, message: Any) -> None:
+        # After the key exchange the peer must name a voter of this group.
+        # PySyncObj would also accept 'readonly' and admin utility commands;
+        # neither is part of our protocol.
+        if conn.sendRandKey and not (isinstance(message, str) and message in self._nodeAddrToNode):
+            if self._on_rejected is not None:
+                self._on_rejected(f"unknown peer identity {message!r:.80}")
+            conn.disconnect()
+            self._unknownConnections.discard(conn)
+            return
+        super()._onIncomingMessageReceived(conn, message)
+
+    def _onMessageReceived(self, node: Any, message: Any) -> None:
+        # PySyncObj bug (reference 4.4 item 3): a successful ACK sets the
+        # follower's nextIndex back to acked+1 although later entries are
+        # already in flight, so everything in flight is re-sent (and the
+        # follower truncates and re-appends). Keep nextIndex monotonic on
+        # plain successful ACKs; a 'reset' ACK still moves it backwards.
+        if (
+            isinstance(message, dict)
+            and message.get("type") == "next_node_idx"
+            and message.get("success")
+            and not message.get("reset")
+        ):
+            next_index = patches.raft_next_index(self._syncObj)
+            before = next_index.get(node)
+            super()._onMessageReceived(node, message)
+            after = next_index.get(node)
+            if before is not None and after is not None and after < before:
+                next_index[node] = before
+            return
+        super()._onMessageReceived(node, message)
+
+
+class Listener:
+    """The node's one Raft port: accept, read the preamble, dispatch.
+
+    ``dispatch(group_id, sock)`` is called on the listener thread and must
+    return quickly: True if it took ownership of ``sock``, False to close it.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        dispatch: Callable[[str, socket.socket], bool],
+        on_rejected: Callable[[str], None],
+    ) -> None:
+        self._dispatch = dispatch
+        self._on_rejected = on_rejected
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(128)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(sock, selectors.EVENT_READ, None)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._pending: dict[socket.socket, tuple[bytearray, float]] = {}
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=f"raft-listener-{port}", daemon=True)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._sock.getsockname()[:2]
+        return str(host), int(port)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(5.0)
+        for s in list(self._pending):
+            s.close()
+        self._pending.clear()
+        self._sel.close()
+        self._sock.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            timeout = 1.0
+            if self._pending:
+                now = time.monotonic()
+                soonest = min(deadline for _, deadline in self._pending.values())
+                timeout = max(0.0, min(timeout, soonest - now))
+            try:
+                events = self._sel.select(timeout)
+            except OSError:
+                if self._stopping:
+                    return
+                raise
+            for key, _ in events:
+                if key.data == "wake":
+                    return
+                if key.fileobj is self._sock:
+                    self._accept()
+                else:
+                    sock = key.fileobj
+                    assert isinstance(sock, socket.socket)
+                    self._read_preamble(sock)
+            now = time.monotonic()
+            for sock, (_, deadline) in list(self._pending.items()):
+                if deadline < now:
+                    self._drop(sock, "preamble deadline exceeded")
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._sock.accept()
+            except BlockingIOError:
+                return
+            except OSError as e:
+                logger.warning("raft listener accept failed: %s", e)
+                return
+            sock.setblocking(False)
+            self._pending[sock] = (bytearray(), time.monotonic() + PREAMBLE_DEADLINE_S)
+            self._sel.register(sock, selectors.EVENT_READ, "pending")
+
+    def _read_preamble(self, sock: socket.socket) -> None:
+        buf, _ = self._pending[sock]
+        # Read exactly the preamble: the bytes after it belong to PySyncObj.
+        need = PREAMBLE_HEADER.size - len(buf)
+        if need <= 0:
+            magic, version, length = PREAMBLE_HEADER.unpack_from(buf)
+            need = PREAMBLE_HEADER.size + length - len(buf)
+        try:
+            chunk = sock.recv(need)
+        except BlockingIOError:
+            return
+        except OSError as e:
+            self._drop(sock, f"read error {e}")
+            return
+        if not chunk:
+            self._drop(sock, "closed before preamble")
+            return
+        buf += chunk
+        if len(buf) < PREAMBLE_HEADER.size:
+            return
+        magic, version, length = PREAMBLE_HEADER.unpack_from(buf)
+        if magic != PREAMBLE_MAGIC or version != PREAMBLE_VERSION:
+            self._drop(sock, "bad preamble magic/version")
+            return
+        if not 0 < length <= MAX_GROUP_ID_BYTES:
+            self._drop(sock, "bad preamble group id length")
+            return
+        if len(buf) < PREAMBLE_HEADER.size + length:
+            return
+        try:
+            group_id = bytes(buf[PREAMBLE_HEADER.size :]).decode("utf-8")
+        except UnicodeDecodeError:
+            self._drop(sock, "group id is not UTF-8")
+            return
+        self._sel.unregister(sock)
+        del self._pending[sock]
+        try:
+            taken = self._dispatch(group_id, sock)
+        except Exception:
+            logger.exception("raft listener dispatch failed for group %r", group_id)
+            taken = False
+        if not taken:
+            self._on_rejected(f"unknown group {group_id!r:.80}")
+            sock.close()
+
+    def _drop(self, sock: socket.socket, why: str) -> None:
+        logger.info("raft listener closing connection: %s", why)
+        self._on_rejected(why)
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(sock)
+        self._pending.pop(sock, None)
+        sock.close()

@@ -1,0 +1,1 @@
+"""Helpers for the raft tests: test state machines, node processes."""
