@@ -1,0 +1,353 @@
+"""The ``txbroker`` command line (also ``python -m cluster``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from clients._http import request_json
+from clients.admin import Admin
+from clients.protocol import BrokerError
+
+from .config import ConfigError, load_config, make_cluster_configs, write_configs
+
+DEFAULT_BOOTSTRAP = "http://127.0.0.1:9091"
+
+
+def _print(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=True))
+
+
+# ---- cluster ----------------------------------------------------------------------
+
+
+def prometheus_config(urls: list[str]) -> str:
+    targets = ", ".join(f'"{u.split("://", 1)[1]}"' for u in urls)
+    return (
+        "# Prometheus scrape config for a txbroker cluster (written by `txbroker cluster init`)\n"
+        "global:\n  scrape_interval: 5s\n  evaluation_interval: 5s\n"
+        "scrape_configs:\n  - job_name: txbroker\n    metrics_path: /metrics\n"
+        f"    static_configs:\n      - targets: [{targets}]\n"
+    )
+
+
+def cmd_cluster_init(args: argparse.Namespace) -> int:
+    d = Path(args.dir)
+    existing = sorted(d.glob("node-*.toml"))
+    if existing and not args.force:
+        print(f"{d} already holds node configs; use --force to overwrite", file=sys.stderr)
+        return 1
+    configs = make_cluster_configs(args.nodes, d, host=args.host, base_port=args.base_port)
+    write_configs(configs, d)
+    (d / "prometheus.yml").write_text(prometheus_config([c.url for c in configs]))
+    for c in configs:
+        print(f"node {c.node_id}: {c.url}  (raft {c.host}:{c.raft_port}, config {d / f'node-{c.node_id}.toml'})")
+    return 0
+
+
+def wait_ready(urls: list[str], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    pending = set(urls)
+    while pending and time.monotonic() < deadline:
+        for u in list(pending):
+            try:
+                with urllib.request.urlopen(u + "/readyz", timeout=1) as resp:
+                    if resp.status == 200:
+                        pending.discard(u)
+            except OSError:
+                pass
+        if pending:
+            time.sleep(0.2)
+    return not pending
+
+
+def cmd_cluster_up(args: argparse.Namespace) -> int:
+    d = Path(args.dir)
+    paths = sorted(d.glob("node-*.toml"))
+    if not paths:
+        configs = make_cluster_configs(args.nodes, d, host=args.host, base_port=args.base_port)
+        paths = write_configs(configs, d)
+        (d / "prometheus.yml").write_text(prometheus_config([c.url for c in configs]))
+    configs = [load_config(p) for p in paths]
+    procs: list[subprocess.Popen[bytes]] = []
+    stopping = False
+
+    def stop(*_a: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for p, c in zip(paths, configs, strict=True):
+        logf = open(d / f"node-{c.node_id}.log", "ab")  # noqa: SIM115 - lives as long as the child
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "cluster", "node", "start", "--config", str(p)],
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+            )
+        )
+    urls = [c.url for c in configs]
+    try:
+        if not wait_ready(urls, args.timeout):
+            print("cluster did not become ready; see the node-*.log files in " + str(d), file=sys.stderr)
+            return 1
+        for c in configs:
+            print(f"node {c.node_id} ready: {c.url}")
+        print(f"bootstrap: {urls[0]}", flush=True)
+        while not stopping and all(p.poll() is None for p in procs):
+            time.sleep(0.2)
+        for p, c in zip(procs, configs, strict=True):
+            if p.poll() is not None and not stopping:
+                print(f"node {c.node_id} exited with {p.returncode}", file=sys.stderr)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for p in procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    return 0
+
+
+def cmd_cluster_status(args: argparse.Namespace) -> int:
+    meta = request_json("GET", args.bootstrap.rstrip("/") + "/v1/metadata")
+    print("NODE  URL                          ALIVE")
+    for n in meta["nodes"]:
+        mark = " (controller)" if n["id"] == meta.get("controller_leader") else ""
+        print(f"{n['id']:<5} {n['url']:<28} {n['alive']!s:<5}{mark}")
+    print()
+    print(f"{'TOPIC':<24} {'PART':>4} {'LEADER':>6} {'REPLICAS':<12} {'HW':>10} {'LSO':>10} {'START':>8}")
+    for t in meta["topics"]:
+        for p in t["partitions"]:
+            reps = ",".join(str(r) for r in p["replicas"])
+            print(
+                f"{t['name']:<24} {p['partition']:>4} {p['leader']!s:>6} {reps:<12} "
+                f"{p['high_watermark']:>10} {p['last_stable_offset']:>10} {p['log_start_offset']:>8}"
+            )
+    return 0
+
+
+def cmd_node_start(args: argparse.Namespace) -> int:
+    from .node import main_node
+
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.log_format:
+        from dataclasses import replace
+
+        cfg = replace(cfg, log_format=args.log_format)
+    return main_node(cfg)
+
+
+# ---- topics ------------------------------------------------------------------------
+
+
+def cmd_topic_create(args: argparse.Namespace) -> int:
+    config = dict(kv.split("=", 1) for kv in args.config or [])
+    res = Admin(args.bootstrap).create_topic(args.name, args.partitions, args.replication_factor, config or None)
+    print(f"created topic {res['name']} ({len(res['partitions'])} partitions, RF {res['replication_factor']})")
+    return 0
+
+
+def cmd_topic_list(args: argparse.Namespace) -> int:
+    for t in Admin(args.bootstrap).list_topics():
+        print(f"{t['name']}\tpartitions={t['partitions']}\treplication_factor={t['replication_factor']}")
+    return 0
+
+
+def cmd_topic_describe(args: argparse.Namespace) -> int:
+    _print(Admin(args.bootstrap).describe_topic(args.name))
+    return 0
+
+
+def cmd_topic_delete(args: argparse.Namespace) -> int:
+    Admin(args.bootstrap).delete_topic(args.name)
+    print(f"deleted topic {args.name}")
+    return 0
+
+
+# ---- produce / consume ---------------------------------------------------------------
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    url = f"{args.bootstrap.rstrip('/')}/v1/topics/{quote(args.topic, safe='')}/records"
+    sent = 0
+    batch: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        nonlocal sent, batch
+        if batch:
+            request_json("POST", url, {"format": "string", "records": batch})
+            sent += len(batch)
+            if sent % 10000 < len(batch) and sys.stderr.isatty():
+                print(f"\r{sent} records", end="", file=sys.stderr)
+            batch = []
+
+    for line in sys.stdin:
+        line = line.rstrip("\n")
+        if args.keyed:
+            key, _, value = line.partition("\t")
+            batch.append({"key": key, "value": value})
+        else:
+            batch.append({"value": line})
+        if len(batch) >= 500:
+            flush()
+    flush()
+    print(f"produced {sent} records to {args.topic}", file=sys.stderr)
+    return 0
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    import base64
+
+    base = args.bootstrap.rstrip("/")
+    meta = request_json("GET", f"{base}/v1/topics/{quote(args.topic, safe='')}")
+    positions: dict[int, int] = {}
+    leaders: dict[int, str] = {}
+    for p in meta["partitions"]:
+        positions[p["partition"]] = p["log_start_offset"] if args.from_beginning else p["high_watermark"]
+        leaders[p["partition"]] = p.get("leader_url") or base
+    printed = 0
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+    while args.max is None or printed < args.max:
+        got = 0
+        for part, pos in positions.items():
+            q = f"offset={pos}&isolation={args.isolation}&max_wait_ms={100 if len(positions) > 1 else 500}"
+            try:
+                res = request_json(
+                    "GET", f"{leaders[part]}/v1/topics/{quote(args.topic, safe='')}/partitions/{part}/records?{q}"
+                )
+            except BrokerError as exc:
+                if exc.retriable:
+                    meta = request_json("GET", f"{base}/v1/topics/{quote(args.topic, safe='')}")
+                    leaders = {p["partition"]: p.get("leader_url") or base for p in meta["partitions"]}
+                    continue
+                raise
+            for r in res["records"]:
+                value = base64.b64decode(r["value"]).decode("utf-8", "replace") if r["value"] is not None else ""
+                if args.print_key:
+                    key = base64.b64decode(r["key"]).decode("utf-8", "replace") if r["key"] is not None else ""
+                    print(f"{key}\t{value}")
+                else:
+                    print(value)
+                printed += 1
+                got += 1
+                if args.max is not None and printed >= args.max:
+                    break
+            positions[part] = res["next_offset"]
+            if args.max is not None and printed >= args.max:
+                break
+        sys.stdout.flush()
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        if got == 0 and deadline is None and args.max is None and not args.follow:
+            break
+    return 0
+
+
+# ---- parser --------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="txbroker", description="Raft-replicated exactly-once broker")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    def bootstrap(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP, help="any node's HTTP URL")
+
+    cluster = sub.add_parser("cluster", help="local clusters").add_subparsers(dest="sub", required=True)
+    p = cluster.add_parser("init", help="write node configs for an N-node cluster")
+    p.add_argument("--nodes", type=int, default=3)
+    p.add_argument("--dir", required=True)
+    p.add_argument("--base-port", type=int, default=9091)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(fn=cmd_cluster_init)
+    p = cluster.add_parser("up", help="start an N-node cluster as child processes")
+    p.add_argument("--nodes", type=int, default=3)
+    p.add_argument("--dir", required=True)
+    p.add_argument("--base-port", type=int, default=9091)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness")
+    p.set_defaults(fn=cmd_cluster_up)
+    p = cluster.add_parser("status", help="nodes, partitions, leaders and offsets")
+    bootstrap(p)
+    p.set_defaults(fn=cmd_cluster_status)
+
+    node = sub.add_parser("node", help="run a node").add_subparsers(dest="sub", required=True)
+    p = node.add_parser("start", help="run one node in the foreground until SIGTERM/SIGINT")
+    p.add_argument("--config", required=True)
+    p.add_argument("--log-format", choices=["text", "json"])
+    p.set_defaults(fn=cmd_node_start)
+
+    topic = sub.add_parser("topic", help="topics").add_subparsers(dest="sub", required=True)
+    p = topic.add_parser("create")
+    p.add_argument("name")
+    p.add_argument("--partitions", type=int, default=1)
+    p.add_argument("--replication-factor", type=int, default=3)
+    p.add_argument("--config", action="append", metavar="KEY=VALUE")
+    bootstrap(p)
+    p.set_defaults(fn=cmd_topic_create)
+    p = topic.add_parser("list")
+    bootstrap(p)
+    p.set_defaults(fn=cmd_topic_list)
+    p = topic.add_parser("describe")
+    p.add_argument("name")
+    bootstrap(p)
+    p.set_defaults(fn=cmd_topic_describe)
+    p = topic.add_parser("delete")
+    p.add_argument("name")
+    bootstrap(p)
+    p.set_defaults(fn=cmd_topic_delete)
+
+    p = sub.add_parser("produce", help="produce stdin lines as records")
+    p.add_argument("topic")
+    p.add_argument("--keyed", action="store_true", help="lines are key<TAB>value")
+    bootstrap(p)
+    p.set_defaults(fn=cmd_produce)
+    p = sub.add_parser("consume", help="print records")
+    p.add_argument("topic")
+    p.add_argument("--from-beginning", action="store_true")
+    p.add_argument("--isolation", choices=["read_committed", "read_uncommitted"], default="read_uncommitted")
+    p.add_argument("--max", type=int)
+    p.add_argument("--timeout", type=float, help="stop after this many seconds")
+    p.add_argument("--follow", action="store_true", help="keep waiting for new records")
+    p.add_argument("--print-key", action="store_true")
+    bootstrap(p)
+    p.set_defaults(fn=cmd_consume)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        rc: int = args.fn(args)
+        return rc
+    except BrokerError as exc:
+        print(f"error: {exc.error_code.name}: {exc.message}", file=sys.stderr)
+        return 1
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

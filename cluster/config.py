@@ -1,0 +1,255 @@
+"""Node configuration: one TOML file per node (stdlib ``tomllib``).
+
+Example (what ``txbroker cluster init`` writes)::
+
+    node_id = 1
+    host = "127.0.0.1"
+    http_port = 9091
+    raft_port = 9094
+    data_dir = "/var/lib/txbroker/node-1"
+    cluster_id = "..."          # nodes refuse to join a cluster with another id
+    cluster_secret = "..."      # authenticates Raft traffic (PySyncObj password)
+
+    [[nodes]]                   # every node of the cluster, this one included
+    id = 1
+    host = "127.0.0.1"
+    http_port = 9091
+    raft_port = 9094
+
+Optional keys and their defaults are the fields of ``NodeConfig`` below.
+"""
+
+from __future__ import annotations
+
+import secrets
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(Exception):
+    """The config file is missing, unreadable or inconsistent."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAddress:
+    id: int
+    host: str
+    http_port: int
+    raft_port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.http_port}"
+
+    @property
+    def raft_address(self) -> str:
+        return f"{self.host}:{self.raft_port}"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    node_id: int
+    host: str
+    http_port: int
+    raft_port: int
+    data_dir: Path
+    cluster_id: str
+    cluster_secret: str
+    nodes: tuple[NodeAddress, ...]
+    # HTTP
+    max_request_bytes: int = 16 * 1024 * 1024
+    max_fetch_wait_ms: int = 30_000
+    request_timeout_ms: int = 30_000
+    # topic defaults (Kafka's)
+    default_partitions: int = 1
+    default_replication_factor: int = 3
+    max_partitions_per_topic: int = 10_000
+    # Raft
+    raft_heartbeat_s: float = 0.1
+    raft_election_timeout_min_s: float = 0.8
+    raft_election_timeout_max_s: float = 1.6
+    raft_tick_threads: int = 1
+    raft_log_compaction_min_entries: int = 2000
+    # background work
+    retention_check_interval_s: float = 30.0
+    leader_balance_interval_s: float = 5.0
+    peer_poll_interval_s: float = 1.0
+    # logging
+    log_format: str = "text"
+    log_level: str = "INFO"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def self_address(self) -> NodeAddress:
+        for n in self.nodes:
+            if n.id == self.node_id:
+                return n
+        raise ConfigError(f"node {self.node_id} is not in its own [[nodes]] list")
+
+    @property
+    def url(self) -> str:
+        return self.self_address.url
+
+    def node(self, node_id: int) -> NodeAddress | None:
+        for n in self.nodes:
+            if n.id == node_id:
+                return n
+        return None
+
+    def node_by_raft_address(self, address: str) -> NodeAddress | None:
+        for n in self.nodes:
+            if n.raft_address == address:
+                return n
+        return None
+
+
+_REQUIRED = ("node_id", "host", "http_port", "raft_port", "data_dir", "cluster_id", "cluster_secret")
+
+
+def load_config(path: Path | str) -> NodeConfig:
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path} does not exist") from exc
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    return parse_config(raw, base_dir=path.parent)
+
+
+def parse_config(raw: dict[str, Any], base_dir: Path | None = None) -> NodeConfig:
+    missing = [k for k in _REQUIRED if k not in raw]
+    if missing:
+        raise ConfigError(f"missing config keys: {', '.join(missing)}")
+    nodes_raw = raw.get("nodes")
+    if not isinstance(nodes_raw, list) or not nodes_raw:
+        raise ConfigError("config needs a non-empty [[nodes]] list")
+    try:
+        nodes = tuple(
+            sorted(
+                (
+                    NodeAddress(int(n["id"]), str(n["host"]), int(n["http_port"]), int(n["raft_port"]))
+                    for n in nodes_raw
+                ),
+                key=lambda a: a.id,
+            )
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"bad [[nodes]] entry: {exc}") from exc
+    ids = [n.id for n in nodes]
+    if len(set(ids)) != len(ids):
+        raise ConfigError("duplicate node ids in [[nodes]]")
+    known = {f.name for f in fields(NodeConfig)}
+    kwargs: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key == "nodes":
+            continue
+        if key in known:
+            kwargs[key] = value
+        else:
+            extra[key] = value
+    data_dir = Path(str(kwargs["data_dir"]))
+    if not data_dir.is_absolute() and base_dir is not None:
+        data_dir = (base_dir / data_dir).resolve()
+    kwargs["data_dir"] = data_dir
+    kwargs["nodes"] = nodes
+    kwargs["extra"] = extra
+    if not str(kwargs["cluster_secret"]):
+        raise ConfigError("cluster_secret must not be empty (it authenticates Raft traffic)")
+    try:
+        cfg = NodeConfig(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from exc
+    me = cfg.self_address
+    if (me.host, me.http_port, me.raft_port) != (cfg.host, cfg.http_port, cfg.raft_port):
+        raise ConfigError("node_id/host/ports disagree with this node's [[nodes]] entry")
+    if cfg.log_format not in ("text", "json"):
+        raise ConfigError("log_format must be 'text' or 'json'")
+    return cfg
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    s = str(v).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{s}"'
+
+
+def render_config(cfg: NodeConfig) -> str:
+    lines = [
+        "# txbroker node configuration (written by `txbroker cluster init`)",
+        f"node_id = {cfg.node_id}",
+        f"host = {_toml_value(cfg.host)}",
+        f"http_port = {cfg.http_port}",
+        f"raft_port = {cfg.raft_port}",
+        f"data_dir = {_toml_value(str(cfg.data_dir))}",
+        f"cluster_id = {_toml_value(cfg.cluster_id)}",
+        "# authenticates Raft traffic between nodes: keep this file private",
+        f"cluster_secret = {_toml_value(cfg.cluster_secret)}",
+        f"log_format = {_toml_value(cfg.log_format)}",
+        "",
+    ]
+    for n in cfg.nodes:
+        lines += [
+            "[[nodes]]",
+            f"id = {n.id}",
+            f"host = {_toml_value(n.host)}",
+            f"http_port = {n.http_port}",
+            f"raft_port = {n.raft_port}",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def make_cluster_configs(
+    n: int,
+    directory: Path,
+    *,
+    host: str = "127.0.0.1",
+    http_ports: list[int] | None = None,
+    raft_ports: list[int] | None = None,
+    base_port: int = 9091,
+    cluster_id: str | None = None,
+    secret: str | None = None,
+) -> list[NodeConfig]:
+    """Configs for an ``n``-node cluster on one host.
+
+    Ports default to ``base_port..base_port+n-1`` for HTTP and the next ``n``
+    for Raft. Tests pass explicit free ports.
+    """
+    if n < 1:
+        raise ConfigError("a cluster needs at least one node")
+    http_ports = http_ports or [base_port + i for i in range(n)]
+    raft_ports = raft_ports or [base_port + n + i for i in range(n)]
+    cluster_id = cluster_id or secrets.token_hex(8)
+    secret = secret or secrets.token_urlsafe(24)
+    nodes = tuple(NodeAddress(i + 1, host, http_ports[i], raft_ports[i]) for i in range(n))
+    return [
+        NodeConfig(
+            node_id=a.id,
+            host=host,
+            http_port=a.http_port,
+            raft_port=a.raft_port,
+            data_dir=(directory / f"node-{a.id}").resolve(),
+            cluster_id=cluster_id,
+            cluster_secret=secret,
+            nodes=nodes,
+        )
+        for a in nodes
+    ]
+
+
+def write_configs(configs: list[NodeConfig], directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for cfg in configs:
+        p = directory / f"node-{cfg.node_id}.toml"
+        p.write_text(render_config(cfg))
+        p.chmod(0o600)
+        paths.append(p)
+    return paths

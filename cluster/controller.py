@@ -1,0 +1,218 @@
+"""The controller: cluster metadata as a Raft-replicated state machine.
+
+The controller group spans every node. Its state -- topics with their replica
+placement and config, the next topic id, and the next producer-id block -- is
+small, so it is kept as one immutable ``ControllerView`` and persisted as a
+single checksummed JSON value together with the last applied Raft index (one
+RocksDB WriteBatch, DESIGN rule 3).
+
+Thread-safety: ``apply``/``write_snapshot``/``read_snapshot`` run on the Raft
+ticker thread. Other threads read ``view`` (an immutable value replaced
+atomically) and never see a half-applied command. ``on_change`` is called on
+the ticker thread after every state change; it must only hand off (e.g.
+``loop.call_soon_threadsafe``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, BinaryIO
+
+import crc32c
+from rocksdict import WriteBatch
+
+from clients.protocol import BrokerError, ErrorCode
+from raft.state_machine import NOOP_COMMAND
+from storage.store import NodeStore
+
+from .topics import PartitionAssignment, TopicMetadata
+
+log = logging.getLogger(__name__)
+
+PRODUCER_ID_BLOCK_SIZE = 1000
+_STATE_KEY = b"C/state"
+_FORMAT_VERSION = 1
+_HEAD = struct.Struct(">BIq")  # version, crc32c(json), last_applied
+
+
+class ControllerCorruptionError(Exception):
+    """The persisted controller state failed its checksum."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerView:
+    topics: Mapping[str, TopicMetadata] = field(default_factory=dict)
+    next_topic_id: int = 1
+    next_producer_id: int = 0
+    placement_cursor: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topics": [t.to_json() for t in self.topics.values()],
+            "next_topic_id": self.next_topic_id,
+            "next_producer_id": self.next_producer_id,
+            "placement_cursor": self.placement_cursor,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ControllerView:
+        topics = {t.name: t for t in (TopicMetadata.from_json(x) for x in d["topics"])}
+        return cls(
+            topics=topics,
+            next_topic_id=int(d["next_topic_id"]),
+            next_producer_id=int(d["next_producer_id"]),
+            placement_cursor=int(d["placement_cursor"]),
+        )
+
+
+# ---- commands (JSON; small and rare) -------------------------------------
+
+
+def create_topic_command(
+    name: str,
+    assignment: tuple[PartitionAssignment, ...],
+    config: Mapping[str, int | str],
+    now_ms: int,
+) -> bytes:
+    return json.dumps(
+        {
+            "op": "create_topic",
+            "name": name,
+            "partitions": [[a.partition, list(a.replicas)] for a in assignment],
+            "config": dict(config),
+            "now_ms": now_ms,
+        }
+    ).encode()
+
+
+def delete_topic_command(name: str) -> bytes:
+    return json.dumps({"op": "delete_topic", "name": name}).encode()
+
+
+def allocate_producer_ids_command(node_id: int) -> bytes:
+    return json.dumps({"op": "allocate_producer_ids", "node_id": node_id}).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdBlock:
+    first: int
+    size: int
+
+    @property
+    def last(self) -> int:
+        return self.first + self.size - 1
+
+
+class ControllerStateMachine:
+    """Implements ``raft.state_machine.StateMachine`` for the controller group."""
+
+    def __init__(self, store: NodeStore) -> None:
+        self._store = store
+        self._last_applied = 0
+        self.view = ControllerView()
+        self.on_change: Callable[[ControllerView], None] | None = None
+        raw = store.db.get(_STATE_KEY)
+        if raw is not None:
+            self.view, self._last_applied = self._decode(raw)
+
+    @staticmethod
+    def _encode(view: ControllerView, last_applied: int) -> bytes:
+        body = json.dumps(view.to_json(), separators=(",", ":")).encode()
+        return _HEAD.pack(_FORMAT_VERSION, crc32c.crc32c(body), last_applied) + body
+
+    @staticmethod
+    def _decode(raw: bytes) -> tuple[ControllerView, int]:
+        if len(raw) < _HEAD.size:
+            raise ControllerCorruptionError("controller state is truncated")
+        version, crc, last_applied = _HEAD.unpack_from(raw, 0)
+        body = raw[_HEAD.size :]
+        if version != _FORMAT_VERSION:
+            raise ControllerCorruptionError(f"unknown controller state version {version}")
+        if crc32c.crc32c(body) != crc:
+            raise ControllerCorruptionError("controller state failed its checksum")
+        try:
+            return ControllerView.from_json(json.loads(body)), int(last_applied)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ControllerCorruptionError(f"controller state is unreadable: {exc}") from exc
+
+    @property
+    def last_applied(self) -> int:
+        return self._last_applied
+
+    def _persist(self, view: ControllerView, index: int) -> None:
+        wb = WriteBatch(raw_mode=True)
+        wb.put(_STATE_KEY, self._encode(view, index))
+        self._store.db.write(wb)
+        changed = view is not self.view
+        self.view = view
+        self._last_applied = index
+        if changed and self.on_change is not None:
+            self.on_change(view)
+
+    def apply(self, index: int, command: bytes) -> Any:
+        if index <= self._last_applied:
+            return None
+        try:
+            if command == NOOP_COMMAND:
+                self._persist(self.view, index)
+                return None
+            result, view = self._apply(json.loads(command))
+            self._persist(view, index)
+            return result
+        except Exception as exc:  # a raise here would wedge the group on every replica
+            log.exception("controller apply failed at index %d", index)
+            try:
+                self._persist(self.view, index)
+            except Exception:
+                log.exception("controller could not record index %d", index)
+            return BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"controller apply failed: {exc}")
+
+    def _apply(self, cmd: Mapping[str, Any]) -> tuple[Any, ControllerView]:
+        """Pure transition: (result, next view). Errors are results, not exceptions."""
+        v = self.view
+        op = cmd.get("op")
+        if op == "create_topic":
+            name = str(cmd["name"])
+            if name in v.topics:
+                return BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"), v
+            meta = TopicMetadata(
+                name=name,
+                topic_id=v.next_topic_id,
+                partitions=tuple(
+                    PartitionAssignment(int(p), tuple(int(r) for r in reps)) for p, reps in cmd["partitions"]
+                ),
+                config=dict(cmd["config"]),
+                created_ms=int(cmd["now_ms"]),
+            )
+            topics = dict(v.topics)
+            topics[name] = meta
+            return meta, replace(
+                v,
+                topics=topics,
+                next_topic_id=v.next_topic_id + 1,
+                placement_cursor=v.placement_cursor + 1,
+            )
+        if op == "delete_topic":
+            name = str(cmd["name"])
+            if name not in v.topics:
+                return BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}"), v
+            topics = dict(v.topics)
+            deleted = topics.pop(name)
+            return deleted, replace(v, topics=topics)
+        if op == "allocate_producer_ids":
+            block = ProducerIdBlock(v.next_producer_id, PRODUCER_ID_BLOCK_SIZE)
+            return block, replace(v, next_producer_id=v.next_producer_id + PRODUCER_ID_BLOCK_SIZE)
+        return BrokerError(ErrorCode.INVALID_REQUEST, f"unknown controller command {op!r}"), v
+
+    def write_snapshot(self, out: BinaryIO) -> None:
+        out.write(self._encode(self.view, self._last_applied))
+
+    def read_snapshot(self, inp: BinaryIO, last_applied: int) -> None:
+        view, _ = self._decode(inp.read())
+        self._persist(view, last_applied)
+        if self.on_change is not None:
+            self.on_change(view)

@@ -1,0 +1,125 @@
+"""What this node knows about its peers: liveness and their partition leadership.
+
+Every node polls ``GET /v1/internal/state`` of each peer once per
+``peer_poll_interval_s``. A peer is *alive* while its last successful answer
+is younger than three intervals. The answers also tell this node who leads
+partitions it does not replicate itself (RF < number of nodes), so it can
+answer ``NOT_LEADER_OR_FOLLOWER`` with the right ``leader_url`` and serve
+``/v1/metadata`` for the whole cluster.
+
+Internal endpoints are authenticated with an HMAC of the request path under
+the cluster secret (header ``X-Txbroker-Auth``) so that only nodes of the
+cluster can call them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from .config import NodeConfig
+
+log = logging.getLogger(__name__)
+
+AUTH_HEADER = "X-Txbroker-Auth"
+
+
+def sign(secret: str, method: str, path: str) -> str:
+    return hmac.new(secret.encode(), f"{method} {path}".encode(), hashlib.sha256).hexdigest()
+
+
+def verify(secret: str, method: str, path: str, signature: str | None) -> bool:
+    if not signature:
+        return False
+    return hmac.compare_digest(sign(secret, method, path), signature)
+
+
+@dataclass
+class PeerState:
+    node_id: int
+    last_ok: float = 0.0
+    controller_leader: int | None = None
+    # group id -> {"topic","partition","leader","term","high_watermark","last_stable_offset","log_start_offset"}
+    partitions: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+class PeerView:
+    def __init__(self, config: NodeConfig) -> None:
+        self._config = config
+        self.peers: dict[int, PeerState] = {n.id: PeerState(n.id) for n in config.nodes if n.id != config.node_id}
+        self._session: aiohttp.ClientSession | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=max(1.0, self._config.peer_poll_interval_s * 2))
+        self._session = aiohttp.ClientSession(timeout=timeout)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if self._session is not None:
+            await self._session.close()
+
+    def is_alive(self, node_id: int) -> bool:
+        if node_id == self._config.node_id:
+            return True
+        p = self.peers.get(node_id)
+        return p is not None and time.monotonic() - p.last_ok < 3 * self._config.peer_poll_interval_s + 1.0
+
+    def remote_partition(self, group_id: str) -> dict[str, Any] | None:
+        """The freshest view of a group from a live peer that is its leader, else any live peer."""
+        best: dict[str, Any] | None = None
+        for p in self.peers.values():
+            if not self.is_alive(p.node_id):
+                continue
+            info = p.partitions.get(group_id)
+            if info is None:
+                continue
+            if info.get("leader") == p.node_id:
+                return info
+            if best is None or int(info.get("term", 0)) > int(best.get("term", 0)):
+                best = info
+        return best
+
+    def controller_leader(self) -> int | None:
+        for p in self.peers.values():
+            if self.is_alive(p.node_id) and p.controller_leader is not None:
+                return p.controller_leader
+        return None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.gather(*(self._poll(p) for p in self.peers.values()), return_exceptions=True)
+            await asyncio.sleep(self._config.peer_poll_interval_s)
+
+    async def poll_now(self) -> None:
+        await asyncio.gather(*(self._poll(p) for p in self.peers.values()), return_exceptions=True)
+
+    async def _poll(self, peer: PeerState) -> None:
+        addr = self._config.node(peer.node_id)
+        if addr is None or self._session is None:
+            return
+        path = "/v1/internal/state"
+        headers = {AUTH_HEADER: sign(self._config.cluster_secret, "GET", path)}
+        try:
+            async with self._session.get(addr.url + path, headers=headers) as resp:
+                if resp.status != 200:
+                    return
+                body = await resp.json()
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return
+        peer.last_ok = time.monotonic()
+        peer.controller_leader = body.get("controller_leader")
+        peer.partitions = body.get("partitions", {})
