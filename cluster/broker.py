@@ -275,9 +275,7 @@ class Broker:
     def cluster_json(self) -> dict[str, Any]:
         return {
             "cluster_id": self.config.cluster_id,
-            "nodes": [
-                {"id": n.id, "url": n.url, "alive": self.peers.is_alive(n.id)} for n in self.config.nodes
-            ],
+            "nodes": [{"id": n.id, "url": n.url, "alive": self.peers.is_alive(n.id)} for n in self.config.nodes],
             "controller_leader": self.controller_leader_id(),
         }
 
@@ -538,9 +536,7 @@ class Broker:
             nrec = sum(b.header.record_count for b in batches if not b.header.is_control)
             self.metrics.records_fetched.labels(topic).inc(nrec)
             self.metrics.bytes_fetched.labels(topic).inc(sum(len(b.data) for b in batches))
-            return FetchResult(
-                plog.high_watermark, plog.last_stable_offset, plog.log_start_offset, upper, batches, []
-            )
+            return FetchResult(plog.high_watermark, plog.last_stable_offset, plog.log_start_offset, upper, batches, [])
         finally:
             self.metrics.fetch_duration.labels(outcome).observe(time.perf_counter() - started)
 

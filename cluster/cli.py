@@ -331,7 +331,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-key", action="store_true")
     bootstrap(p)
     p.set_defaults(fn=cmd_consume)
+
+    p = sub.add_parser("bench", help="measure throughput, latency and failover (see BENCHMARKS.md)", add_help=False)
+    p.add_argument("bench_args", nargs=argparse.REMAINDER)
+    p.set_defaults(fn=cmd_bench)
     return ap
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import main as bench_main
+
+    return bench_main(args.bench_args)
 
 
 def main(argv: list[str] | None = None) -> int:

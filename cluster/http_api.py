@@ -204,7 +204,9 @@ class Api:
         raw = await request.read()
         body = parsing.parse_json_object(raw)
         partitions = body.get("partitions", self.broker.config.default_partitions)
-        rf = body.get("replication_factor", min(self.broker.config.default_replication_factor, len(self.broker.config.nodes)))
+        rf = body.get(
+            "replication_factor", min(self.broker.config.default_replication_factor, len(self.broker.config.nodes))
+        )
         try:
             meta = await self.broker.create_topic(body.get("name"), partitions, rf, body.get("config"))
         except BrokerError as exc:
@@ -402,11 +404,7 @@ class Api:
             out["batches"] = [_batch_json(b) for b in res.batches]
         else:
             out["records"] = [
-                r
-                for b in res.batches
-                if not b.header.is_control
-                for r in _records_json(b)
-                if r["offset"] >= offset
+                r for b in res.batches if not b.header.is_control for r in _records_json(b) if r["offset"] >= offset
             ]
         out["next_offset"] = res.batches[-1].last_offset + 1 if res.batches else offset
         return web.json_response(out)

@@ -152,7 +152,11 @@ class NodeCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         s = self._sample()
         g = GaugeMetricFamily
-        yield g(f"{PREFIX}_controller_is_leader", "1 if this node is the controller leader", value=int(s.controller_is_leader))
+        yield g(
+            f"{PREFIX}_controller_is_leader",
+            "1 if this node is the controller leader",
+            value=int(s.controller_is_leader),
+        )
         nodes = g(f"{PREFIX}_cluster_nodes", "Nodes as seen from this node", labels=["state"])
         nodes.add_metric(["up"], s.nodes_up)
         nodes.add_metric(["down"], s.nodes_down)
@@ -185,7 +189,9 @@ class NodeCollector(Collector):
         labels = ["topic", "partition"]
         fams = {
             "hw": g(f"{PREFIX}_partition_high_watermark", "High watermark of the local replica", labels=labels),
-            "lso": g(f"{PREFIX}_partition_last_stable_offset", "Last stable offset of the local replica", labels=labels),
+            "lso": g(
+                f"{PREFIX}_partition_last_stable_offset", "Last stable offset of the local replica", labels=labels
+            ),
             "start": g(f"{PREFIX}_partition_log_start_offset", "Log start offset of the local replica", labels=labels),
             "size": g(f"{PREFIX}_partition_log_size_bytes", "Stored batch bytes of the local replica", labels=labels),
             "leader": g(f"{PREFIX}_raft_is_leader", "1 if this node leads the partition's Raft group", labels=labels),

@@ -32,29 +32,52 @@ _STR = {"type": "string"}
 _B64 = {"type": ["string", "null"], "contentEncoding": "base64"}
 _HEADER = _obj({"key": _STR, "value": _B64}, ["key"])
 _RECORD_IN = _obj(
-    {"key": _B64, "value": _B64, "headers": {"type": "array", "items": _HEADER}, "timestamp": _INT,
-     "partition": _INT},
+    {"key": _B64, "value": _B64, "headers": {"type": "array", "items": _HEADER}, "timestamp": _INT, "partition": _INT},
 )
 _RECORD_OUT = _obj(
     {"offset": _INT, "timestamp": _INT, "key": _B64, "value": _B64, "headers": {"type": "array", "items": _HEADER}}
 )
 _PARTITION_META = _obj(
-    {"partition": _INT, "leader": {"type": ["integer", "null"]}, "leader_url": {"type": ["string", "null"]},
-     "replicas": {"type": "array", "items": _INT}, "high_watermark": _INT, "last_stable_offset": _INT,
-     "log_start_offset": _INT}
+    {
+        "partition": _INT,
+        "leader": {"type": ["integer", "null"]},
+        "leader_url": {"type": ["string", "null"]},
+        "replicas": {"type": "array", "items": _INT},
+        "high_watermark": _INT,
+        "last_stable_offset": _INT,
+        "log_start_offset": _INT,
+    }
 )
-_TOPIC = _obj({"name": _STR, "topic_id": _INT, "replication_factor": _INT, "config": {"type": "object"},
-               "partitions": {"type": "array", "items": _PARTITION_META}})
+_TOPIC = _obj(
+    {
+        "name": _STR,
+        "topic_id": _INT,
+        "replication_factor": _INT,
+        "config": {"type": "object"},
+        "partitions": {"type": "array", "items": _PARTITION_META},
+    }
+)
 _NODE = _obj({"id": _INT, "url": _STR, "alive": {"type": "boolean"}})
 _PRODUCE_RESULT = _obj(
-    {"topic": _STR, "partition": _INT, "base_offset": _INT, "log_append_time": _INT, "error_code": _STR,
-     "message": {"type": ["string", "null"]}}
+    {
+        "topic": _STR,
+        "partition": _INT,
+        "base_offset": _INT,
+        "log_append_time": _INT,
+        "error_code": _STR,
+        "message": {"type": ["string", "null"]},
+    }
 )
 
 
 def openapi_document() -> dict[str, Any]:
     q = lambda name, schema, required=False, desc="": {  # noqa: E731
-        "name": name, "in": "query", "required": required, "schema": schema, "description": desc}
+        "name": name,
+        "in": "query",
+        "required": required,
+        "schema": schema,
+        "description": desc,
+    }
     p = lambda name, schema: {"name": name, "in": "path", "required": True, "schema": schema}  # noqa: E731
     return {
         "openapi": "3.1.0",
@@ -69,28 +92,75 @@ def openapi_document() -> dict[str, Any]:
         },
         "paths": {
             "/livez": {"get": {"summary": "200 while the process runs", "responses": _resp("alive", errors=())}},
-            "/readyz": {"get": {"summary": "200 when serving (controller leader known), else 503",
-                                "responses": _resp("ready", errors=(503,))}},
-            "/metrics": {"get": {"summary": "Prometheus text exposition", "responses": {"200": {
-                "description": "metrics", "content": {"text/plain": {"schema": _STR}}}}}},
+            "/readyz": {
+                "get": {
+                    "summary": "200 when serving (controller leader known), else 503",
+                    "responses": _resp("ready", errors=(503,)),
+                }
+            },
+            "/metrics": {
+                "get": {
+                    "summary": "Prometheus text exposition",
+                    "responses": {"200": {"description": "metrics", "content": {"text/plain": {"schema": _STR}}}},
+                }
+            },
             "/v1/openapi.json": {"get": {"summary": "this document", "responses": _resp("OpenAPI", errors=())}},
-            "/v1/cluster": {"get": {"summary": "nodes and controller leader", "responses": _resp(
-                "cluster", _obj({"nodes": {"type": "array", "items": _NODE},
-                                 "controller_leader": {"type": ["integer", "null"]}}), errors=())}},
-            "/v1/metadata": {"get": {
-                "summary": "nodes and every topic's partitions, leaders and offsets",
-                "parameters": [q("topics", _STR, desc="comma-separated topic names (default: all)")],
-                "responses": _resp("metadata", _obj({"nodes": {"type": "array", "items": _NODE},
-                                                     "topics": {"type": "array", "items": _TOPIC}}), errors=())}},
+            "/v1/cluster": {
+                "get": {
+                    "summary": "nodes and controller leader",
+                    "responses": _resp(
+                        "cluster",
+                        _obj(
+                            {
+                                "nodes": {"type": "array", "items": _NODE},
+                                "controller_leader": {"type": ["integer", "null"]},
+                            }
+                        ),
+                        errors=(),
+                    ),
+                }
+            },
+            "/v1/metadata": {
+                "get": {
+                    "summary": "nodes and every topic's partitions, leaders and offsets",
+                    "parameters": [q("topics", _STR, desc="comma-separated topic names (default: all)")],
+                    "responses": _resp(
+                        "metadata",
+                        _obj(
+                            {"nodes": {"type": "array", "items": _NODE}, "topics": {"type": "array", "items": _TOPIC}}
+                        ),
+                        errors=(),
+                    ),
+                }
+            },
             "/v1/topics": {
-                "post": {"summary": "create a topic (any node; forwarded to the controller leader)",
-                         "requestBody": {"required": True, "content": {"application/json": {"schema": _obj(
-                             {"name": _STR, "partitions": _INT, "replication_factor": _INT,
-                              "config": {"type": "object", "description":
-                                         "retention.ms, retention.bytes, max.message.bytes, cleanup.policy, "
-                                         "producer.id.expiration.ms"}}, ["name"])}}},
-                         "responses": {"201": {"description": "created", "content": {
-                             "application/json": {"schema": _TOPIC}}}, **_resp("", errors=(400, 409, 421))}},
+                "post": {
+                    "summary": "create a topic (any node; forwarded to the controller leader)",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": _obj(
+                                    {
+                                        "name": _STR,
+                                        "partitions": _INT,
+                                        "replication_factor": _INT,
+                                        "config": {
+                                            "type": "object",
+                                            "description": "retention.ms, retention.bytes, max.message.bytes, cleanup.policy, "
+                                            "producer.id.expiration.ms",
+                                        },
+                                    },
+                                    ["name"],
+                                )
+                            }
+                        },
+                    },
+                    "responses": {
+                        "201": {"description": "created", "content": {"application/json": {"schema": _TOPIC}}},
+                        **_resp("", errors=(400, 409, 421)),
+                    },
+                },
                 "get": {"summary": "list topics", "responses": _resp("topics", errors=())},
             },
             "/v1/topics/{topic}": {
@@ -100,51 +170,127 @@ def openapi_document() -> dict[str, Any]:
             },
             "/v1/topics/{topic}/records": {
                 "parameters": [p("topic", _STR)],
-                "post": {"summary": "convenience produce (plain writes; key -> murmur2 partition)",
-                         "requestBody": {"required": True, "content": {"application/json": {"schema": _obj(
-                             {"records": {"type": "array", "items": _RECORD_IN},
-                              "format": {"enum": ["base64", "string"]}}, ["records"])}}},
-                         "responses": _resp("offsets", errors=(400, 404, 413, 421))}},
+                "post": {
+                    "summary": "convenience produce (plain writes; key -> murmur2 partition)",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": _obj(
+                                    {
+                                        "records": {"type": "array", "items": _RECORD_IN},
+                                        "format": {"enum": ["base64", "string"]},
+                                    },
+                                    ["records"],
+                                )
+                            }
+                        },
+                    },
+                    "responses": _resp("offsets", errors=(400, 404, 413, 421)),
+                },
+            },
             "/v1/topics/{topic}/partitions/{partition}/records": {
                 "parameters": [p("topic", _STR), p("partition", _INT)],
                 "get": {
                     "summary": "fetch records from offset (long-poll with max_wait_ms)",
                     "parameters": [
-                        q("offset", _INT, True), q("max_bytes", _INT), q("max_wait_ms", _INT),
+                        q("offset", _INT, True),
+                        q("max_bytes", _INT),
+                        q("max_wait_ms", _INT),
                         q("isolation", {"enum": ["read_uncommitted", "read_committed"]}),
-                        q("format", {"enum": ["json", "batches", "binary"]},
-                          desc="json: server-filtered records; batches: FetchResponse v4 shape; binary: "
-                               "application/x-txbroker-batches for the Python client"),
+                        q(
+                            "format",
+                            {"enum": ["json", "batches", "binary"]},
+                            desc="json: server-filtered records; batches: FetchResponse v4 shape; binary: "
+                            "application/x-txbroker-batches for the Python client",
+                        ),
                     ],
-                    "responses": _resp("records", _obj({
-                        "high_watermark": _INT, "last_stable_offset": _INT, "log_start_offset": _INT,
-                        "records": {"type": "array", "items": _RECORD_OUT}, "next_offset": _INT}),
-                        errors=(400, 404, 421))}},
-            "/v1/producers/init": {"post": {
-                "summary": "InitProducerId: a fresh producer id (epoch 0) from this node's consensus-allocated block",
-                "requestBody": {"content": {"application/json": {"schema": _obj(
-                    {"transactional_id": {"type": ["string", "null"]}, "transaction_timeout_ms": _INT})}}},
-                "responses": _resp("producer id", _obj({"producer_id": _INT, "producer_epoch": _INT}))}},
-            "/v1/produce": {"post": {
-                "summary": "produce batches (acks=all: answered once committed); idempotent when producer_id >= 0",
-                "description": (
-                    "JSON, or the binary form (Content-Type application/x-txbroker-produce, see "
-                    "clients/protocol.py: magic 'TXP1', timeout_ms i32, acks i32, transactional id, then per "
-                    "partition topic, partition and one CRC-checked record batch)."),
-                "requestBody": {"required": True, "content": {"application/json": {"schema": _obj({
-                    "acks": {"enum": ["all", 0]}, "timeout_ms": _INT,
-                    "transactional_id": {"type": ["string", "null"]},
-                    "partitions": {"type": "array", "items": _obj({
-                        "topic": _STR, "partition": _INT, "producer_id": _INT, "producer_epoch": _INT,
-                        "base_sequence": _INT, "records": {"type": "array", "items": _RECORD_IN}},
-                        ["topic", "partition", "records"])}}, ["partitions"])}}},
-                "responses": _resp("per-partition results", _obj(
-                    {"partitions": {"type": "array", "items": _PRODUCE_RESULT}}),
-                    errors=(400, 404, 409, 413, 421, 503, 504))}},
+                    "responses": _resp(
+                        "records",
+                        _obj(
+                            {
+                                "high_watermark": _INT,
+                                "last_stable_offset": _INT,
+                                "log_start_offset": _INT,
+                                "records": {"type": "array", "items": _RECORD_OUT},
+                                "next_offset": _INT,
+                            }
+                        ),
+                        errors=(400, 404, 421),
+                    ),
+                },
+            },
+            "/v1/producers/init": {
+                "post": {
+                    "summary": "InitProducerId: a fresh producer id (epoch 0) from this node's consensus-allocated block",
+                    "requestBody": {
+                        "content": {
+                            "application/json": {
+                                "schema": _obj(
+                                    {"transactional_id": {"type": ["string", "null"]}, "transaction_timeout_ms": _INT}
+                                )
+                            }
+                        }
+                    },
+                    "responses": _resp("producer id", _obj({"producer_id": _INT, "producer_epoch": _INT})),
+                }
+            },
+            "/v1/produce": {
+                "post": {
+                    "summary": "produce batches (acks=all: answered once committed); idempotent when producer_id >= 0",
+                    "description": (
+                        "JSON, or the binary form (Content-Type application/x-txbroker-produce, see "
+                        "clients/protocol.py: magic 'TXP1', timeout_ms i32, acks i32, transactional id, then per "
+                        "partition topic, partition and one CRC-checked record batch)."
+                    ),
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": _obj(
+                                    {
+                                        "acks": {"enum": ["all", 0]},
+                                        "timeout_ms": _INT,
+                                        "transactional_id": {"type": ["string", "null"]},
+                                        "partitions": {
+                                            "type": "array",
+                                            "items": _obj(
+                                                {
+                                                    "topic": _STR,
+                                                    "partition": _INT,
+                                                    "producer_id": _INT,
+                                                    "producer_epoch": _INT,
+                                                    "base_sequence": _INT,
+                                                    "records": {"type": "array", "items": _RECORD_IN},
+                                                },
+                                                ["topic", "partition", "records"],
+                                            ),
+                                        },
+                                    },
+                                    ["partitions"],
+                                )
+                            }
+                        },
+                    },
+                    "responses": _resp(
+                        "per-partition results",
+                        _obj({"partitions": {"type": "array", "items": _PRODUCE_RESULT}}),
+                        errors=(400, 404, 409, 413, 421, 503, 504),
+                    ),
+                }
+            },
         },
-        "components": {"schemas": {"Error": _obj(
-            {"error_code": {"enum": [e.name for e in ErrorCode if e is not ErrorCode.NONE]},
-             "message": _STR, "retriable": {"type": "boolean"},
-             "leader_url": {"type": ["string", "null"]}},
-            ["error_code", "message", "retriable"])}},
+        "components": {
+            "schemas": {
+                "Error": _obj(
+                    {
+                        "error_code": {"enum": [e.name for e in ErrorCode if e is not ErrorCode.NONE]},
+                        "message": _STR,
+                        "retriable": {"type": "boolean"},
+                        "leader_url": {"type": ["string", "null"]},
+                    },
+                    ["error_code", "message", "retriable"],
+                )
+            }
+        },
     }

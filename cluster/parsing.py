@@ -165,7 +165,7 @@ def parse_acks(v: Any) -> int:
         return -1
     if v == 0 and not isinstance(v, bool):
         return 0
-    raise BrokerError(ErrorCode.INVALID_REQUIRED_ACKS, "acks must be \"all\" or 0")
+    raise BrokerError(ErrorCode.INVALID_REQUIRED_ACKS, 'acks must be "all" or 0')
 
 
 def parse_json_produce(body: Mapping[str, Any]) -> ProduceRequest:

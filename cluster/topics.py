@@ -55,9 +55,7 @@ class TopicMetadata:
         return cls(
             name=str(d["name"]),
             topic_id=int(d["topic_id"]),
-            partitions=tuple(
-                PartitionAssignment(int(p), tuple(int(r) for r in reps)) for p, reps in d["partitions"]
-            ),
+            partitions=tuple(PartitionAssignment(int(p), tuple(int(r) for r in reps)) for p, reps in d["partitions"]),
             config=dict(d["config"]),
             created_ms=int(d["created_ms"]),
         )

@@ -1,0 +1,210 @@
+"""Real txbroker node processes on loopback for integration and fault tests.
+
+Every process a ``LocalCluster`` starts is stopped by ``close()`` (the pytest
+fixtures call it), ports are chosen at run time, and every wait polls with a
+deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from cluster.config import NodeConfig, make_cluster_configs, write_configs
+
+T = TypeVar("T")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
+    """Poll ``predicate`` until it returns a truthy value; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # the cluster may be mid-failover
+            last_exc = exc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_exc!r})")
+        time.sleep(interval)
+
+
+def http(method: str, url: str, body: Any = None, *, raw: bytes | None = None,
+         content_type: str = "application/json", timeout: float = 30.0) -> tuple[int, Any]:
+    """(status, decoded JSON or bytes). Never raises for HTTP error statuses."""
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", content_type)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            status, payload, ctype = resp.status, resp.read(), resp.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as exc:
+        status, payload, ctype = exc.code, exc.read(), exc.headers.get("Content-Type", "")
+    if "json" in ctype:
+        return status, json.loads(payload)
+    return status, payload
+
+
+class LocalCluster:
+    def __init__(self, directory: Path, n: int = 3, **config_overrides: Any) -> None:
+        self.dir = directory
+        self.n = n
+        ports = free_ports(2 * n)
+        self.configs: list[NodeConfig] = make_cluster_configs(
+            n, directory, http_ports=ports[:n], raft_ports=ports[n:]
+        )
+        if config_overrides:
+            from dataclasses import replace
+
+            self.configs = [replace(c, **config_overrides) for c in self.configs]
+        self.paths = write_configs(self.configs, directory)
+        if config_overrides:
+            # write_configs renders only the standard keys; append the overrides.
+            for p in self.paths:
+                with p.open("r+") as f:
+                    text = f.read()
+                    head, sep, tail = text.partition("[[nodes]]")
+                    extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in config_overrides.items())
+                    f.seek(0)
+                    f.write(head + extra + "\n" + sep + tail)
+                    f.truncate()
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.logs: dict[int, Any] = {}
+
+    # ---- processes -------------------------------------------------------------
+
+    def url(self, node_id: int) -> str:
+        return self.configs[node_id - 1].url
+
+    @property
+    def urls(self) -> list[str]:
+        return [c.url for c in self.configs]
+
+    def start_node(self, node_id: int) -> None:
+        assert node_id not in self.procs or self.procs[node_id].poll() is not None, f"node {node_id} is running"
+        log = open(self.dir / f"node-{node_id}.log", "ab")  # noqa: SIM115 - closed in close()
+        self.logs[node_id] = log
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        self.procs[node_id] = subprocess.Popen(
+            [sys.executable, "-m", "cluster", "node", "start", "--config", str(self.paths[node_id - 1])],
+            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(REPO),
+        )
+
+    def start(self, timeout: float = 60.0) -> LocalCluster:
+        for i in range(1, self.n + 1):
+            self.start_node(i)
+        self.wait_ready(timeout=timeout)
+        return self
+
+    def wait_ready(self, nodes: list[int] | None = None, timeout: float = 60.0) -> None:
+        for i in nodes or list(range(1, self.n + 1)):
+            wait_for(lambda i=i: self.is_ready(i), timeout, f"node {i} /readyz")
+
+    def is_ready(self, node_id: int) -> bool:
+        try:
+            status, _ = http("GET", self.url(node_id) + "/readyz", timeout=2)
+        except OSError:
+            return False
+        return status == 200
+
+    def signal(self, node_id: int, sig: signal.Signals) -> None:
+        self.procs[node_id].send_signal(sig)
+
+    def kill(self, node_id: int) -> None:
+        p = self.procs[node_id]
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+
+    def stop_node(self, node_id: int, timeout: float = 30.0) -> int:
+        p = self.procs[node_id]
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+        return p.wait(timeout)
+
+    def close(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.send_signal(signal.SIGKILL)
+        for p in self.procs.values():
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        for f in self.logs.values():
+            f.close()
+
+    def log_text(self, node_id: int) -> str:
+        return (self.dir / f"node-{node_id}.log").read_text(errors="replace")
+
+    # ---- API helpers -------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int = 3, rf: int = 3, via: int = 1, **config: Any) -> Any:
+        body: dict[str, Any] = {"name": name, "partitions": partitions, "replication_factor": rf}
+        if config:
+            body["config"] = config
+        status, res = http("POST", self.url(via) + "/v1/topics", body)
+        assert status == 201, (status, res)
+        self.wait_leaders(name, partitions)
+        return res
+
+    def metadata(self, via: int) -> Any:
+        status, res = http("GET", self.url(via) + "/v1/metadata", timeout=5)
+        assert status == 200, res
+        return res
+
+    def partition_meta(self, topic: str, partition: int, via: int) -> dict[str, Any]:
+        for t in self.metadata(via)["topics"]:
+            if t["name"] == topic:
+                return t["partitions"][partition]
+        raise KeyError(topic)
+
+    def leader(self, topic: str, partition: int, via: int | None = None) -> int | None:
+        nodes = [via] if via else [i for i in self.procs if self.procs[i].poll() is None]
+        for v in nodes:
+            try:
+                leader = self.partition_meta(topic, partition, v)["leader"]
+            except (OSError, KeyError, AssertionError):
+                continue
+            if leader is not None and self.procs.get(leader) and self.procs[leader].poll() is None:
+                return int(leader)
+        return None
+
+    def wait_leaders(self, topic: str, partitions: int, timeout: float = 30.0) -> dict[int, int]:
+        def all_led() -> dict[int, int] | None:
+            out = {}
+            for p in range(partitions):
+                leader = self.leader(topic, p)
+                if leader is None:
+                    return None
+                out[p] = leader
+            return out
+
+        return wait_for(all_led, timeout, f"leaders of all partitions of {topic}")
