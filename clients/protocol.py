@@ -91,6 +91,8 @@ class ErrorCode(enum.Enum):
     COORDINATOR_LOAD_IN_PROGRESS = (14, 503, True)
     COORDINATOR_NOT_AVAILABLE = (15, 503, True)
     NOT_COORDINATOR = (16, 421, True)
+    # API.md names it INVALID_TOPIC; Kafka's INVALID_TOPIC_EXCEPTION is an alias.
+    INVALID_TOPIC = (17, 400, False)
     INVALID_TOPIC_EXCEPTION = (17, 400, False)
     RECORD_LIST_TOO_LARGE = (18, 413, False)
     NOT_ENOUGH_REPLICAS = (19, 503, True)

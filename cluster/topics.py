@@ -64,16 +64,16 @@ class TopicMetadata:
 def validate_topic_name(name: object, *, allow_internal: bool = False) -> str:
     """Kafka's rules: 1-249 chars of [A-Za-z0-9._-], not '.' or '..'."""
     if not isinstance(name, str) or not name:
-        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, "topic name must be a non-empty string")
+        raise BrokerError(ErrorCode.INVALID_TOPIC, "topic name must be a non-empty string")
     if len(name) > MAX_TOPIC_NAME:
-        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name longer than {MAX_TOPIC_NAME}")
+        raise BrokerError(ErrorCode.INVALID_TOPIC, f"topic name longer than {MAX_TOPIC_NAME}")
     if name in (".", "..") or not _LEGAL_NAME.match(name):
         raise BrokerError(
-            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            ErrorCode.INVALID_TOPIC,
             "topic names use only ASCII letters, digits, '.', '_' and '-', and are not '.' or '..'",
         )
     if name.startswith("__") and not allow_internal:
-        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, "names starting with '__' are internal")
+        raise BrokerError(ErrorCode.INVALID_TOPIC, "names starting with '__' are internal")
     return name
 
 
