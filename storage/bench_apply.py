@@ -92,8 +92,8 @@ def main() -> None:
     raw, applied = statistics.median(raw_rates), statistics.median(apply_rates)
     print(f"payload {args.payload_bytes} B x {args.count}, median of {args.rounds} rounds")
     print(f"raw rocksdict put:  {raw:8.1f} MB/s  {[round(r) for r in raw_rates]}")
-    print(f"PartitionLog.apply: {applied:8.1f} MB/s  {[round(r) for r in apply_rates]}"
-          f"  ({applied / raw:.0%} of raw)")
+    print(f"PartitionLog.apply: {applied:8.1f} MB/s  {[round(r) for r in apply_rates]}  ({applied / raw:.0%} of raw)")
+
 
 if __name__ == "__main__":
     main()

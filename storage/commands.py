@@ -113,9 +113,7 @@ def encode_append(batch: bytes, timestamp_ms: int) -> bytes:
     return b"".join((bytes((CommandType.APPEND,)), _I64.pack(timestamp_ms), batch))
 
 
-def encode_retention(
-    now_ms: int, retention_ms: int, retention_bytes: int, producer_expiration_ms: int
-) -> bytes:
+def encode_retention(now_ms: int, retention_ms: int, retention_bytes: int, producer_expiration_ms: int) -> bytes:
     """RETENTION as of ``now_ms`` (the leader's clock)."""
     return bytes((CommandType.RETENTION,)) + _RETENTION.pack(
         now_ms, retention_ms, retention_bytes, producer_expiration_ms

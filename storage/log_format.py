@@ -105,8 +105,7 @@ def encode_meta(meta: LogMeta) -> bytes:
 def decode_meta(data: bytes, *, where: str) -> LogMeta:
     """Inverse of ``encode_meta``; raises ``StorageCorruptionError`` naming ``where``."""
     if len(data) != _META.size + _CRC.size:
-        raise StorageCorruptionError(f"{where}: meta has {len(data)} bytes, expected "
-                                     f"{_META.size + _CRC.size}")
+        raise StorageCorruptionError(f"{where}: meta has {len(data)} bytes, expected {_META.size + _CRC.size}")
     (crc,) = _CRC.unpack_from(data, _META.size)
     if crc32c.crc32c(data[: _META.size]) != crc:
         raise StorageCorruptionError(f"{where}: meta CRC mismatch")
@@ -157,9 +156,7 @@ def decode_stored_batch(value: bytes, *, base_offset: int, where: str) -> Stored
     if version != STORED_VERSION:
         raise StorageCorruptionError(f"{where}: unknown stored batch version {version}")
     if stored_base != base_offset:
-        raise StorageCorruptionError(
-            f"{where}: stored batch says base offset {stored_base}, key says {base_offset}"
-        )
+        raise StorageCorruptionError(f"{where}: stored batch says base offset {stored_base}, key says {base_offset}")
     data = value[STORED_HEADER_SIZE:]
     try:
         header = parse_batch(data, verify=False)

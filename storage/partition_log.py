@@ -136,13 +136,10 @@ class PartitionLog:
                 raise StorageCorruptionError(f"{self.name}: meta says empty, found a batch")
             return
         if first is None or last is None:
-            raise StorageCorruptionError(
-                f"{self.name}: meta says {meta.batch_count} batches, found none"
-            )
+            raise StorageCorruptionError(f"{self.name}: meta says {meta.batch_count} batches, found none")
         if last.last_offset + 1 != meta.next_offset:
             raise StorageCorruptionError(
-                f"{self.name}: last batch ends at {last.last_offset}, meta's next offset is "
-                f"{meta.next_offset}"
+                f"{self.name}: last batch ends at {last.last_offset}, meta's next offset is {meta.next_offset}"
             )
         if not first.base_offset <= meta.log_start_offset <= first.last_offset:
             raise StorageCorruptionError(
@@ -151,9 +148,7 @@ class PartitionLog:
             )
 
     def _edge_batch(self, *, backwards: bool) -> StoredBatch | None:
-        edges = self._store.iter_range(
-            self._batch_prefix, self._batch_key_upper(), backwards=backwards
-        )
+        edges = self._store.iter_range(self._batch_prefix, self._batch_key_upper(), backwards=backwards)
         for key, value in edges:
             return self._decode_batch(key, value)
         return None
@@ -219,9 +214,7 @@ class PartitionLog:
         if header.producer_id < -1:
             return BrokerError(ErrorCode.INVALID_REQUEST, f"bad producer id {header.producer_id}")
         if header.is_transactional and not header.is_idempotent:
-            return BrokerError(
-                ErrorCode.INVALID_REQUEST, "a transactional batch needs a producer id"
-            )
+            return BrokerError(ErrorCode.INVALID_REQUEST, "a transactional batch needs a producer id")
         return None
 
     def check_append(self, header: BatchHeader) -> BrokerError | None:
@@ -233,9 +226,7 @@ class PartitionLog:
         err = self._check_plain(header)
         if err is not None or not header.is_idempotent:
             return err
-        info = self._producers.prepare_append(
-            header.producer_id, state_may_be_lost=self._meta.state_may_be_lost
-        )
+        info = self._producers.prepare_append(header.producer_id, state_may_be_lost=self._meta.state_may_be_lost)
         if info.duplicate_of(header) is not None:
             return None
         return info.validate(header)
@@ -265,9 +256,7 @@ class PartitionLog:
             return self._reject(index, err)
         except Exception as exc:
             log.exception("%s: apply of index %d failed", self.name, index)
-            return self._reject(
-                index, BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{self.name}: {exc!r}")
-            )
+            return self._reject(index, BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{self.name}: {exc!r}"))
 
     def _reject(self, index: int, err: BrokerError) -> BrokerError:
         try:
@@ -290,9 +279,7 @@ class PartitionLog:
         base = meta.next_offset
         entry: ProducerStateEntry | None = None
         if header.is_idempotent:
-            info = self._producers.prepare_append(
-                header.producer_id, state_may_be_lost=meta.state_may_be_lost
-            )
+            info = self._producers.prepare_append(header.producer_id, state_may_be_lost=meta.state_may_be_lost)
             dup = info.duplicate_of(header)
             if dup is not None:
                 self._record_index(index)
@@ -385,9 +372,7 @@ class PartitionLog:
             size -= len(batch.data)
             deleted_bytes += len(batch.data)
             count -= 1
-        new_meta = replace(
-            meta, log_start_offset=target, last_applied=index, size_bytes=size, batch_count=count
-        )
+        new_meta = replace(meta, log_start_offset=target, last_applied=index, size_bytes=size, batch_count=count)
         wb.put(self._meta_key, encode_meta(new_meta))
         self._store.write(wb)
         self._meta = new_meta
@@ -395,9 +380,7 @@ class PartitionLog:
 
     # -- reads (any thread) -----------------------------------------------------------
 
-    def read(
-        self, offset: int, max_bytes: int, upper_bound: int | None = None
-    ) -> list[StoredBatch]:
+    def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> list[StoredBatch]:
         """Batches overlapping ``[offset, min(upper_bound, HW))``, oldest first.
 
         The first batch is returned even when it is larger than ``max_bytes``
@@ -412,9 +395,7 @@ class PartitionLog:
         end = meta.next_offset if upper_bound is None else min(upper_bound, meta.next_offset)
         if offset >= end:
             return []
-        batches = self._store.iter_range(
-            self._batch_prefix, self._batch_key(end), floor=self._batch_key(offset)
-        )
+        batches = self._store.iter_range(self._batch_prefix, self._batch_key(end), floor=self._batch_key(offset))
         out: list[StoredBatch] = []
         total = 0
         for key, value in batches:
@@ -445,8 +426,7 @@ class PartitionLog:
     def _out_of_range(self, offset: int, meta: LogMeta) -> BrokerError:
         return BrokerError(
             ErrorCode.OFFSET_OUT_OF_RANGE,
-            f"{self.name}: offset {offset} is outside [{meta.log_start_offset}, "
-            f"{meta.next_offset}]",
+            f"{self.name}: offset {offset} is outside [{meta.log_start_offset}, {meta.next_offset}]",
             log_start_offset=meta.log_start_offset,
             high_watermark=meta.next_offset,
         )
@@ -483,9 +463,7 @@ class PartitionLog:
         Raises ``StorageCorruptionError`` for a malformed stream; the partition
         is then marked as an interrupted restore until the next successful one.
         """
-        magic, version, _snap_applied = _SNAPSHOT_HEAD.unpack(
-            _read_exact(inp, _SNAPSHOT_HEAD.size, self.name)
-        )
+        magic, version, _snap_applied = _SNAPSHOT_HEAD.unpack(_read_exact(inp, _SNAPSHOT_HEAD.size, self.name))
         if magic != _SNAPSHOT_MAGIC or version != _SNAPSHOT_VERSION:
             raise StorageCorruptionError(f"{self.name}: not a partition snapshot (v{version})")
         self._meta = LogMeta(last_applied=self._meta.last_applied)
@@ -514,11 +492,7 @@ class PartitionLog:
             if pending >= _RESTORE_BATCH_BYTES:
                 self._store.write(wb)
                 wb, pending = self._store.new_batch(), 0
-        meta = (
-            LogMeta()
-            if meta_value is None
-            else decode_meta(meta_value, where=f"{self.name} snapshot meta")
-        )
+        meta = LogMeta() if meta_value is None else decode_meta(meta_value, where=f"{self.name} snapshot meta")
         wb.put(self._meta_key, encode_meta(replace(meta, last_applied=last_applied)))
         wb.delete(self._restore_key)
         self._store.write(wb)

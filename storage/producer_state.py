@@ -141,9 +141,7 @@ class ProducerAppendInfo:
         """The original batch when ``header`` is a retry inside the dedup window (rule 1)."""
         if self.current is None:
             return None
-        return self.current.find_duplicate(
-            header.producer_epoch, header.base_sequence, header.last_sequence
-        )
+        return self.current.find_duplicate(header.producer_epoch, header.base_sequence, header.last_sequence)
 
     def validate(self, header: BatchHeader) -> BrokerError | None:
         """The error for ``header`` under rules 2-5, or None when it may be appended.
@@ -174,15 +172,13 @@ class ProducerAppendInfo:
         if epoch < cur.producer_epoch:
             return BrokerError(
                 ErrorCode.INVALID_PRODUCER_EPOCH,
-                f"producer {pid}: epoch {epoch} is older than the current epoch "
-                f"{cur.producer_epoch}",
+                f"producer {pid}: epoch {epoch} is older than the current epoch {cur.producer_epoch}",
             )
         if epoch > cur.producer_epoch:
             if first_seq != 0:
                 return BrokerError(
                     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                    f"producer {pid}: new epoch {epoch} must start at sequence 0, "
-                    f"got {first_seq}",
+                    f"producer {pid}: new epoch {epoch} must start at sequence 0, got {first_seq}",
                 )
             return None
         if not in_sequence(cur.last_seq, first_seq):
@@ -193,9 +189,7 @@ class ProducerAppendInfo:
             )
         return None
 
-    def append(
-        self, header: BatchHeader, base_offset: int, log_append_time: int
-    ) -> ProducerStateEntry:
+    def append(self, header: BatchHeader, base_offset: int, log_append_time: int) -> ProducerStateEntry:
         """The entry after appending ``header`` at ``base_offset`` (call after ``validate``)."""
         meta = BatchMetadata(
             header.base_sequence,
@@ -206,9 +200,7 @@ class ProducerAppendInfo:
         )
         cur = self.current
         if cur is None:
-            return ProducerStateEntry(
-                self.producer_id, header.producer_epoch, (meta,), log_append_time
-            )
+            return ProducerStateEntry(self.producer_id, header.producer_epoch, (meta,), log_append_time)
         if header.producer_epoch != cur.producer_epoch:
             # Rule 3: a new epoch starts a new sequence space; old batches can no
             # longer be duplicates of anything.
@@ -252,9 +244,7 @@ class ProducerStateManager:
         """Producer ids idle past ``expiration_ms`` as of ``now_ms``, ascending (deterministic)."""
         if expiration_ms < 0:
             return []
-        return sorted(
-            pid for pid, e in self._entries.items() if e.is_expired(now_ms, expiration_ms)
-        )
+        return sorted(pid for pid, e in self._entries.items() if e.is_expired(now_ms, expiration_ms))
 
     def entries(self) -> list[ProducerStateEntry]:
         """Every entry, by ascending producer id."""
@@ -291,10 +281,7 @@ def encode_entry(entry: ProducerStateEntry) -> bytes:
         )
     ]
     for b in entry.batches:
-        parts.append(
-            _ENTRY_BATCH.pack(b.first_seq, b.last_seq, b.base_offset, b.last_offset,
-                              b.log_append_time)
-        )
+        parts.append(_ENTRY_BATCH.pack(b.first_seq, b.last_seq, b.base_offset, b.last_offset, b.log_append_time))
     body = b"".join(parts)
     return body + _CRC.pack(crc32c.crc32c(body))
 
@@ -312,9 +299,6 @@ def decode_entry(data: bytes, *, where: str = "producer entry") -> ProducerState
     if n < 0 or n > NUM_BATCHES_TO_RETAIN or len(body) != _ENTRY_HEAD.size + n * _ENTRY_BATCH.size:
         raise StorageCorruptionError(f"{where}: bad batch count {n} for {len(body)} bytes")
     batches = tuple(
-        BatchMetadata(*_ENTRY_BATCH.unpack_from(body, _ENTRY_HEAD.size + i * _ENTRY_BATCH.size))
-        for i in range(n)
+        BatchMetadata(*_ENTRY_BATCH.unpack_from(body, _ENTRY_HEAD.size + i * _ENTRY_BATCH.size)) for i in range(n)
     )
-    return ProducerStateEntry(
-        pid, epoch, batches, last_ts, coord_epoch, None if txn_first < 0 else txn_first
-    )
+    return ProducerStateEntry(pid, epoch, batches, last_ts, coord_epoch, None if txn_first < 0 else txn_first)

@@ -30,9 +30,7 @@ from storage.store import NodeStore
 PID = 1000
 
 
-def make_batch(
-    pid: int = -1, epoch: int = -1, seq: int = -1, count: int = 1, *, transactional: bool = False
-) -> bytes:
+def make_batch(pid: int = -1, epoch: int = -1, seq: int = -1, count: int = 1, *, transactional: bool = False) -> bytes:
     """A batch of one record whose header claims ``count`` records (apply trusts the header)."""
     buf = bytearray(
         encode_batch(
@@ -105,7 +103,8 @@ def test_duplicate_batch_returns_original_offset(producer: Producer) -> None:
     retry = producer.ok(seq=0, count=3)
     assert (retry.base_offset, retry.last_offset) == (first.base_offset, first.last_offset)
     assert retry.log_append_time == first.log_append_time
-    assert retry.duplicate and not first.duplicate
+    assert retry.duplicate
+    assert not first.duplicate
     assert (producer.log.high_watermark, producer.log.size_bytes) == (hw, size)
     assert producer.log.last_applied == producer.index
 
@@ -230,9 +229,7 @@ def test_transactional_batches_follow_the_same_sequence_rules(producer: Producer
     ],
     ids=["transactional-without-pid", "negative-pid", "no-epoch", "no-sequence"],
 )
-def test_malformed_producer_fields_are_rejected(
-    producer: Producer, batch: bytes, code: ErrorCode
-) -> None:
+def test_malformed_producer_fields_are_rejected(producer: Producer, batch: bytes, code: ErrorCode) -> None:
     assert producer.log.check_append(parse_batch(batch)) is not None
     result = producer.log.apply(1, encode_append(batch, 1))
     assert isinstance(result, BrokerError)
