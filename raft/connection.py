@@ -240,8 +240,7 @@ class FrameConnection:
 
     def _on_event(self, descr: int, event: int) -> None:
         if descr != self._fileno:
-            self._poller.unsubscribe(descr)
-            return
+            return  # stale event: the descriptor now belongs to someone else
         if event & POLL_EVENT_TYPE.ERROR:
             self.disconnect()
             return
@@ -251,6 +250,10 @@ class FrameConnection:
             if self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
                 self.disconnect()
                 return
+            try:
+                self._sock.getpeername()
+            except OSError:
+                return  # not connected yet (stale event for a reused descriptor)
             # The preamble must precede every PySyncObj frame on the wire.
             self._try_send()
             if self._state == CONNECTION_STATE.DISCONNECTED:
@@ -337,6 +340,8 @@ class FrameConnection:
                 data = self.encryptor.decrypt(data)
             message = pickle.loads(data)
             if self.recvRandKey:
+                if not (isinstance(message, tuple) and len(message) == 2):
+                    raise ValueError(f"frame without session key: {message!r:.100}")
                 rand_key, message = message
                 if rand_key != self.recvRandKey:
                     raise ValueError("wrong session key")
@@ -346,7 +351,12 @@ class FrameConnection:
         return message
 
     def _reject(self, why: str) -> None:
-        logger.warning("raft connection rejected (fd %s): %s", self._fileno, why)
+        logger.warning(
+            "raft connection rejected (fd %s, %s): %s",
+            self._fileno,
+            "outgoing" if self._preamble else "incoming",
+            why,
+        )
         if self._on_rejected is not None:
             self._on_rejected(why)
         self.disconnect()

@@ -12,6 +12,8 @@ Patches (``apply()``, idempotent, run before any SyncObj is built):
   while a shard is constructing a group (thread-local), else the original.
 * ``pysyncobj.syncobj.getEncryptor`` is memoised: PBKDF2 costs ~25 ms per
   SyncObj otherwise, paid on the thread that adds the group.
+* ``FileJournal.setRaftCommitIndex`` only marks the meta dirty when the
+  index changed (otherwise every idle group rewrites its .meta each second).
 * a logging filter demotes the "truncating already-applied log entries"
   CRITICAL (raised by PySyncObj's duplicate retransmission, reference 4.4) to
   a WARNING and counts it in ``TRUNCATION_WARNINGS``.
@@ -27,6 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pysyncobj.journal as _psc_journal
 import pysyncobj.pickle as _psc_pickle
 import pysyncobj.syncobj as _psc_syncobj
 import pysyncobj.transport as _psc_transport
@@ -84,6 +87,17 @@ def _cached_encryptor(password: str | bytes) -> Any:
     return _original_get_encryptor(password)
 
 
+_original_set_commit = _psc_journal.FileJournal.setRaftCommitIndex
+
+
+def _set_raft_commit_index(self: Any, raft_commit_index: int) -> None:
+    # PySyncObj marks the meta dirty on every AppendEntries, even when the
+    # commit index did not move, so every idle group rewrote its .meta file
+    # (open + write + rename) once per second.
+    if self._FileJournal__meta.get("raftCommitIndex") != raft_commit_index:
+        _original_set_commit(self, raft_commit_index)
+
+
 def apply() -> None:
     """Install all patches (idempotent, thread-safe)."""
     global _applied
@@ -94,6 +108,7 @@ def apply() -> None:
         _psc_pickle.__dict__["__protocol"] = PICKLE_PROTOCOL
         _psc_syncobj.createPoller = _create_poller
         _psc_syncobj.getEncryptor = _cached_encryptor
+        _psc_journal.FileJournal.setRaftCommitIndex = _set_raft_commit_index
         logging.getLogger(_psc_syncobj.__name__).addFilter(_TruncationFilter())
         _applied = True
 
@@ -199,6 +214,12 @@ def audit() -> None:
     ):
         if not hasattr(tt, name):
             problems.append(f"TCPTransport.{name} missing")
+    fj = _psc_journal.FileJournal
+    for name in ("setRaftCommitIndex", "onOneSecondTimer", "getRaftCommitIndex", "flush"):
+        if not hasattr(fj, name):
+            problems.append(f"FileJournal.{name} missing")
+    if "_FileJournal__meta" not in _original_set_commit.__code__.co_names:
+        problems.append("FileJournal no longer keeps __meta")
     if not hasattr(pn.PipeNotifier, "_PipeNotifier__onNewNotification"):
         problems.append("PipeNotifier internals changed")
     src = _psc_syncobj.SyncObj.__init__.__code__.co_names

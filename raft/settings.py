@@ -28,7 +28,7 @@ class RaftSettings:
     # Longest a ticker shard sleeps between full ticks of all its groups when
     # idle (socket events and submissions wake it earlier). It bounds how late
     # election timeouts and heartbeats fire, so keep it well below heartbeat_s.
-    tick_interval_s: float = 0.05
+    tick_interval_s: float = 0.1
     # Split compaction windows across members (PySyncObj logCompactionSplit).
     log_compaction_split: bool = True
 

@@ -66,6 +66,12 @@ class ProxyPoller:
 class _SafePoller(PollPoller):  # type: ignore[misc]  # PySyncObj is untyped
     """PollPoller whose callbacks cannot abort the poll loop for other descriptors."""
 
+    def unsubscribe(self, descr: int) -> None:
+        # Also forget the callback, so that a stale event for a closed
+        # descriptor is never delivered to its old owner.
+        super().unsubscribe(descr)
+        self._PollPoller__descrToCallbacks.pop(descr, None)
+
     def poll(self, timeout: float) -> None:
         events = self._PollPoller__poll.poll(timeout * 1000)
         callbacks = self._PollPoller__descrToCallbacks
@@ -79,8 +85,7 @@ class _SafePoller(PollPoller):  # type: ignore[misc]  # PySyncObj is untyped
                 mask |= POLL_EVENT_TYPE.ERROR
             cb = callbacks.get(descr)
             if cb is None:
-                self.unsubscribe(descr)
-                continue
+                continue  # unsubscribed earlier in this batch
             try:
                 cb(descr, mask)
             except Exception:

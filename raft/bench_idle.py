@@ -1,0 +1,108 @@
+"""Idle cost of many groups: ``python -m raft.bench_idle [--groups 64] [--seconds 20]``.
+
+Starts 3 ``raft.node_host`` processes on loopback, each hosting one replica of
+N data groups plus one controller-like group, waits until every group has a
+ready leader, then samples each process's CPU time from /proc/<pid>/stat over
+an idle window and prints % of one core, RSS and thread count per process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import tempfile
+import time
+
+from raft.node_host import HostProcess
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # fields[11], fields[12] = utime, stime (stat fields 14 and 15)
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def rss_and_threads(pid: int) -> tuple[float, int]:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[21]) * _PAGE / 1e6, int(fields[17])
+
+
+def start_cluster(
+    n_groups: int, extra: list[str], tmp: str, extra_args: list[str]
+) -> tuple[list[HostProcess], list[str]]:
+    addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    procs = []
+    for i, addr in enumerate(addrs):
+        args = [
+            "--addr", addr, "--members", ",".join(addrs), "--data", os.path.join(tmp, f"n{i}"),
+            "--groups", str(n_groups), "--prefix", "p", "--extra-groups", ",".join(extra),
+            *extra_args,
+        ]  # fmt: skip
+        procs.append(HostProcess(args, stderr_path=os.path.join(tmp, f"n{i}.log")))
+    return procs, addrs
+
+
+def wait_all_leaders(procs: list[HostProcess], total: int, timeout: float) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        ready = set()
+        for p in procs:
+            ready.update(p.request({"op": "leaders"})["ready"])
+        if len(ready) >= total:
+            return time.monotonic() - start
+        time.sleep(0.2)
+    raise TimeoutError(f"only {len(ready)}/{total} groups have a ready leader")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--groups", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--heartbeat", type=float, default=0.1)
+    ap.add_argument("--tick-interval", type=float, default=0.1)
+    ap.add_argument("--tick-threads", type=int, default=1)
+    args = ap.parse_args()
+    extra = ["__controller"]
+    total = args.groups + len(extra)
+    with tempfile.TemporaryDirectory(prefix="raft-bench-idle-") as tmp:
+        knobs = [
+            "--heartbeat", str(args.heartbeat), "--tick-interval", str(args.tick_interval),
+            "--tick-threads", str(args.tick_threads),
+        ]  # fmt: skip
+        procs, _ = start_cluster(args.groups, extra, tmp, knobs)
+        try:
+            elected = wait_all_leaders(procs, total, 60.0)
+            print(f"{total} groups x 3 nodes: all leaders ready after {elected:.1f}s")
+            time.sleep(2.0)  # let startup traffic settle
+            before = [cpu_seconds(p.pid) for p in procs]
+            t0 = time.monotonic()
+            time.sleep(args.seconds)
+            wall = time.monotonic() - t0
+            after = [cpu_seconds(p.pid) for p in procs]
+            print(
+                f"idle window {wall:.1f}s, heartbeat {args.heartbeat}s, "
+                f"tick interval {args.tick_interval}s, tick threads {args.tick_threads}"
+            )
+            for i, p in enumerate(procs):
+                rss, threads = rss_and_threads(p.pid)
+                pct = 100.0 * (after[i] - before[i]) / wall
+                print(f"node {i} pid {p.pid}: cpu {pct:5.2f}% rss {rss:6.1f} MB threads {threads}")
+        finally:
+            for p in procs:
+                p.stop()
+
+
+if __name__ == "__main__":
+    main()
