@@ -46,11 +46,7 @@ class CounterStateMachine:
         return 0 if raw is None else int(raw.decode())
 
     def values(self) -> dict[str, int]:
-        return {
-            k[2:].decode(): int(v.decode())
-            for k, v in self._db.items()
-            if k.startswith(b"k:")
-        }
+        return {k[2:].decode(): int(v.decode()) for k, v in self._db.items() if k.startswith(b"k:")}
 
     def apply(self, index: int, command: bytes) -> Any:
         if index <= self._last_applied:

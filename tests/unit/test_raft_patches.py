@@ -1,0 +1,74 @@
+"""raft/pysyncobj_patches.py: the PySyncObj internals we patch or read still exist."""
+
+from __future__ import annotations
+
+import logging
+
+import pysyncobj.pickle as psc_pickle
+import pysyncobj.syncobj as psc_syncobj
+from pysyncobj import SyncObj, SyncObjConf
+from pysyncobj.transport import Transport
+
+from raft import pysyncobj_patches as patches
+
+
+class _NullTransport(Transport):  # type: ignore[misc]
+    def send(self, node: object, message: object) -> bool:
+        return False
+
+
+def test_audit_passes_on_the_pinned_version() -> None:
+    patches.audit()
+
+
+def test_apply_is_idempotent_and_sets_protocol_4() -> None:
+    patches.apply()
+    patches.apply()
+    assert psc_pickle.__dict__["__protocol"] == 4
+    assert psc_syncobj.createPoller is patches._create_poller
+
+
+def test_instance_private_attributes_exist() -> None:
+    patches.apply()
+    conf = SyncObjConf(autoTick=False, appendEntriesUseBatch=False)
+    so = SyncObj("127.0.0.1:1", ["127.0.0.1:2"], conf, transport=_NullTransport(None, None, []))
+    try:
+        assert isinstance(patches.raft_next_index(so), dict)
+        assert isinstance(patches.raft_match_index(so), dict)
+        assert patches.raft_state(so) == 0
+        assert isinstance(patches.connected_nodes(so), set)
+        assert len(patches.raft_log(so)) == 1
+        assert patches.transport_of(so) is not None
+        assert "_SyncObj__pipeNotifier" in so.__dict__
+    finally:
+        so.destroy()
+        patches.close_pipe_notifier(so)
+
+
+def test_poller_override_is_thread_local_and_scoped() -> None:
+    patches.apply()
+    sentinel = object()
+    with patches.constructing_with_poller(sentinel):
+        assert psc_syncobj.createPoller("auto") is sentinel
+    assert psc_syncobj.createPoller("auto") is not sentinel
+
+
+def test_truncation_critical_is_demoted_and_counted(caplog: object) -> None:
+    patches.apply()
+    before = patches.TRUNCATION_WARNINGS.value
+    records: list[logging.LogRecord] = []
+
+    class Grab(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    log = logging.getLogger(psc_syncobj.__name__)
+    handler = Grab()
+    log.addHandler(handler)
+    try:
+        log.critical("truncating already-applied log entries from index %d", 5)
+        log.critical("something else")
+    finally:
+        log.removeHandler(handler)
+    assert patches.TRUNCATION_WARNINGS.value == before + 1
+    assert [r.levelname for r in records] == ["WARNING", "CRITICAL"]
