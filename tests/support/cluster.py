@@ -109,6 +109,9 @@ class LocalCluster:
 
     def start_node(self, node_id: int) -> None:
         assert node_id not in self.procs or self.procs[node_id].poll() is not None, f"node {node_id} is running"
+        old = self.logs.pop(node_id, None)
+        if old is not None:
+            old.close()
         log = open(self.dir / f"node-{node_id}.log", "ab")  # noqa: SIM115 - closed in close()
         self.logs[node_id] = log
         env = dict(os.environ, PYTHONPATH=str(REPO))
