@@ -48,6 +48,7 @@ from storage.log_format import (
     META_TAG,
     PRODUCER_TAG,
     RESTORE_TAG,
+    STORED_HEADER_SIZE,
     LogMeta,
     decode_meta,
     decode_stored_batch,
@@ -399,17 +400,16 @@ class PartitionLog:
         out: list[StoredBatch] = []
         total = 0
         for key, value in batches:
+            if out and total + len(value) - STORED_HEADER_SIZE > max_bytes:
+                break  # checked before decoding: a batch we do not return is not verified
             try:
                 batch = self._decode_batch(key, value)
             except StorageCorruptionError as exc:
                 raise BrokerError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc
             if batch.last_offset < offset:
                 continue
-            if not out:
-                if batch.base_offset > offset:
-                    break  # the batch holding `offset` is gone: reported below
-            elif total + len(batch.data) > max_bytes:
-                break
+            if not out and batch.base_offset > offset:
+                break  # the batch holding `offset` is gone: reported below
             out.append(batch)
             total += len(batch.data)
         if not out:
