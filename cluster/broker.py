@@ -10,6 +10,7 @@ Everything runs on the asyncio loop thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -149,7 +150,11 @@ class Broker:
             marker.write_text(self.config.cluster_id + "\n")
         self.raft.start()
         members = [n.raft_address for n in self.config.nodes]
-        self.controller_sm.on_change = lambda view: self.loop.call_soon_threadsafe(self._on_metadata, view)
+
+        def on_change(view: ControllerView) -> None:  # Raft ticker thread: hand off to the loop
+            self.loop.call_soon_threadsafe(self._on_metadata, view)
+
+        self.controller_sm.on_change = on_change
         self.controller = self.raft.add_group(
             CONTROLLER_GROUP, members, self.controller_sm, on_event=self._on_controller_event
         )
@@ -189,7 +194,8 @@ class Broker:
                 except RaftError:
                     log.debug("leadership transfer of %s refused", g.group_id)
         deadline = self.loop.time() + timeout
-        while any(g.is_leader() for g in led) and self.loop.time() < deadline:
+        # Leadership moves in the ticker threads with no loop-side event to await; poll briefly.
+        while any(g.is_leader() for g in led) and self.loop.time() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
 
     @staticmethod
@@ -553,10 +559,8 @@ class Broker:
                 continue
             st = rep.group.status()
             if addr.raft_address in st.connected and st.match_index.get(addr.raft_address, -1) >= st.commit_index:
-                try:
+                with contextlib.suppress(RaftError):  # refused while a transfer is in flight: next round
                     rep.group.transfer_leadership(addr.raft_address)
-                except RaftError:
-                    pass
 
     async def _enforce_retention(self) -> None:
         now = now_ms()

@@ -86,11 +86,11 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    for p, c in zip(paths, configs, strict=True):
+    for path, c in zip(paths, configs, strict=True):
         logf = open(d / f"node-{c.node_id}.log", "ab")  # noqa: SIM115 - lives as long as the child
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "cluster", "node", "start", "--config", str(p)],
+                [sys.executable, "-m", "cluster", "node", "start", "--config", str(path)],
                 stdout=logf,
                 stderr=subprocess.STDOUT,
             )

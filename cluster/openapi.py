@@ -71,14 +71,12 @@ _PRODUCE_RESULT = _obj(
 
 
 def openapi_document() -> dict[str, Any]:
-    q = lambda name, schema, required=False, desc="": {  # noqa: E731
-        "name": name,
-        "in": "query",
-        "required": required,
-        "schema": schema,
-        "description": desc,
-    }
-    p = lambda name, schema: {"name": name, "in": "path", "required": True, "schema": schema}  # noqa: E731
+    def q(name: str, schema: dict[str, Any], required: bool = False, desc: str = "") -> dict[str, Any]:
+        return {"name": name, "in": "query", "required": required, "schema": schema, "description": desc}
+
+    def p(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+        return {"name": name, "in": "path", "required": True, "schema": schema}
+
     return {
         "openapi": "3.1.0",
         "info": {
@@ -147,7 +145,8 @@ def openapi_document() -> dict[str, Any]:
                                         "replication_factor": _INT,
                                         "config": {
                                             "type": "object",
-                                            "description": "retention.ms, retention.bytes, max.message.bytes, cleanup.policy, "
+                                            "description": "retention.ms, retention.bytes, max.message.bytes, "
+                                            "cleanup.policy, "
                                             "producer.id.expiration.ms",
                                         },
                                     },
@@ -222,7 +221,7 @@ def openapi_document() -> dict[str, Any]:
             },
             "/v1/producers/init": {
                 "post": {
-                    "summary": "InitProducerId: a fresh producer id (epoch 0) from this node's consensus-allocated block",
+                    "summary": "InitProducerId: a fresh producer id (epoch 0) from a consensus-allocated block",
                     "requestBody": {
                         "content": {
                             "application/json": {

@@ -171,9 +171,7 @@ def run(args: argparse.Namespace) -> int:
         say(f"   ready in {time.monotonic() - t0:.1f}s: " + ", ".join(demo.url(n) for n in (1, 2, 3)))
 
         say("== creating topic 'orders': 3 partitions, replication factor 3")
-        request_json(
-            "POST", demo.url(2) + "/v1/topics", {"name": "orders", "partitions": 3, "replication_factor": 3}
-        )
+        request_json("POST", demo.url(2) + "/v1/topics", {"name": "orders", "partitions": 3, "replication_factor": 3})
         deadline = time.monotonic() + 30
         while not all(p["leader"] for p in demo.partitions("orders", 1)):
             if time.monotonic() > deadline:
@@ -221,7 +219,10 @@ def run(args: argparse.Namespace) -> int:
             values = [f"during-outage-{i}-{j}" for j in range(per_batch)]
             producer.send(i % 3, values)
             acked[i % 3] += values
-        say(f"   wrote {10 * per_batch} more records with node {victim} down ({producer.retries} retries, no duplicates)")
+        say(
+            f"   wrote {10 * per_batch} more records with node {victim} down "
+            f"({producer.retries} retries, no duplicates)"
+        )
 
         say(f"== restarting node {victim}")
         demo.start(victim)

@@ -149,6 +149,7 @@ def test_follower_down_during_10k_records_catches_up(make_cluster):
     assert len(acked.values[0]) == 10_000
     c.start_node(follower)
     c.wait_ready([follower])
-    wait_for(lambda: c.partition_meta("t", 0, follower)["high_watermark"] == 10_000, 60,
-             "the returning follower catches up")
+    wait_for(
+        lambda: c.partition_meta("t", 0, follower)["high_watermark"] == 10_000, 60, "the returning follower catches up"
+    )
     assert [v for _, v in read_partition(c, "t", 0, follower)] == acked.values[0]

@@ -26,8 +26,11 @@ def test_produce_fetch_exact_across_three_partitions(make_cluster):
     # Then every replica on every node holds exactly those records at consecutive offsets
     for p in range(3):
         for node in (1, 2, 3):
-            wait_for(lambda p=p, node=node: c.partition_meta("orders", p, node)["high_watermark"] == 500,
-                     10, f"replica of orders-{p} on node {node} caught up")
+            wait_for(
+                lambda p=p, node=node: c.partition_meta("orders", p, node)["high_watermark"] == 500,
+                10,
+                f"replica of orders-{p} on node {node} caught up",
+            )
             got = read_partition(c, "orders", p, node)
             assert [o for o, _ in got] == list(range(500))
             assert [v for _, v in got] == expected[p]
@@ -55,9 +58,18 @@ def test_duplicate_retry_returns_original_offset_and_gap_is_rejected(make_cluste
     _, init = http("POST", c.url(leader) + "/v1/producers/init", {})
 
     def produce(seq: int, epoch: int = 0):
-        body = {"partitions": [{"topic": "t", "partition": 0, "producer_id": init["producer_id"],
-                                "producer_epoch": epoch, "base_sequence": seq,
-                                "records": [{"value": "YQ=="}, {"value": "Yg=="}]}]}
+        body = {
+            "partitions": [
+                {
+                    "topic": "t",
+                    "partition": 0,
+                    "producer_id": init["producer_id"],
+                    "producer_epoch": epoch,
+                    "base_sequence": seq,
+                    "records": [{"value": "YQ=="}, {"value": "Yg=="}],
+                }
+            ]
+        }
         return http("POST", c.url(leader) + "/v1/produce", body)
 
     assert produce(0)[1]["partitions"][0]["base_offset"] == 0

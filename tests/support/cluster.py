@@ -7,6 +7,7 @@ deadline.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -55,8 +56,15 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: fl
         time.sleep(interval)
 
 
-def http(method: str, url: str, body: Any = None, *, raw: bytes | None = None,
-         content_type: str = "application/json", timeout: float = 30.0) -> tuple[int, Any]:
+def http(
+    method: str,
+    url: str,
+    body: Any = None,
+    *,
+    raw: bytes | None = None,
+    content_type: str = "application/json",
+    timeout: float = 30.0,
+) -> tuple[int, Any]:
     """(status, decoded JSON or bytes). Never raises for HTTP error statuses."""
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     req = urllib.request.Request(url, data=data, method=method)
@@ -77,9 +85,7 @@ class LocalCluster:
         self.dir = directory
         self.n = n
         ports = free_ports(2 * n)
-        self.configs: list[NodeConfig] = make_cluster_configs(
-            n, directory, http_ports=ports[:n], raft_ports=ports[n:]
-        )
+        self.configs: list[NodeConfig] = make_cluster_configs(n, directory, http_ports=ports[:n], raft_ports=ports[n:])
         if config_overrides:
             from dataclasses import replace
 
@@ -117,7 +123,10 @@ class LocalCluster:
         env = dict(os.environ, PYTHONPATH=str(REPO))
         self.procs[node_id] = subprocess.Popen(
             [sys.executable, "-m", "cluster", "node", "start", "--config", str(self.paths[node_id - 1])],
-            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(REPO),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(REPO),
         )
 
     def start(self, timeout: float = 60.0) -> LocalCluster:
@@ -157,10 +166,8 @@ class LocalCluster:
                 p.send_signal(signal.SIGCONT)
                 p.send_signal(signal.SIGKILL)
         for p in self.procs.values():
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
         for f in self.logs.values():
             f.close()
 

@@ -14,8 +14,13 @@ from typing import Any
 from .cluster import LocalCluster, http, wait_for
 
 RETRIABLE = {
-    "NOT_LEADER_OR_FOLLOWER", "REQUEST_TIMED_OUT", "LEADER_NOT_AVAILABLE", "NETWORK_EXCEPTION",
-    "THROTTLING_QUOTA_EXCEEDED", "NOT_ENOUGH_REPLICAS", "UNKNOWN_TOPIC_OR_PARTITION",
+    "NOT_LEADER_OR_FOLLOWER",
+    "REQUEST_TIMED_OUT",
+    "LEADER_NOT_AVAILABLE",
+    "NETWORK_EXCEPTION",
+    "THROTTLING_QUOTA_EXCEEDED",
+    "NOT_ENOUGH_REPLICAS",
+    "UNKNOWN_TOPIC_OR_PARTITION",
 }
 
 
@@ -23,6 +28,7 @@ class IdempotentWriter:
     def __init__(self, cluster: LocalCluster, topic: str, via: int = 1) -> None:
         self.cluster = cluster
         self.topic = topic
+
         def init() -> dict[str, Any] | None:
             status, body = http("POST", cluster.url(via) + "/v1/producers/init", {"transactional_id": None})
             if status == 200:
@@ -55,11 +61,16 @@ class IdempotentWriter:
         body = {
             "acks": "all",
             "timeout_ms": 5000,
-            "partitions": [{
-                "topic": self.topic, "partition": partition, "producer_id": self.producer_id,
-                "producer_epoch": self.epoch, "base_sequence": seq,
-                "records": [{"value": base64.b64encode(v).decode()} for v in values],
-            }],
+            "partitions": [
+                {
+                    "topic": self.topic,
+                    "partition": partition,
+                    "producer_id": self.producer_id,
+                    "producer_epoch": self.epoch,
+                    "base_sequence": seq,
+                    "records": [{"value": base64.b64encode(v).decode()} for v in values],
+                }
+            ],
         }
         deadline = time.monotonic() + timeout
         last: Any = None
@@ -93,15 +104,17 @@ class IdempotentWriter:
         raise AssertionError(f"batch not acknowledged within {timeout}s: {last}")
 
 
-def read_partition(cluster: LocalCluster, topic: str, partition: int, via: int,
-                   until: int | None = None) -> list[tuple[int, bytes]]:
+def read_partition(
+    cluster: LocalCluster, topic: str, partition: int, via: int, until: int | None = None
+) -> list[tuple[int, bytes]]:
     """Every (offset, value) of a partition as node ``via``'s replica holds it."""
     out: list[tuple[int, bytes]] = []
     offset = 0
     while True:
         status, res = http(
-            "GET", f"{cluster.url(via)}/v1/topics/{topic}/partitions/{partition}/records"
-                   f"?offset={offset}&max_bytes=4194304")
+            "GET",
+            f"{cluster.url(via)}/v1/topics/{topic}/partitions/{partition}/records?offset={offset}&max_bytes=4194304",
+        )
         assert status == 200, res
         for r in res["records"]:
             out.append((r["offset"], base64.b64decode(r["value"])))
