@@ -210,9 +210,7 @@ class FrameConnection:
         self._try_send()
 
     def disconnect(self) -> None:
-        need_callback = (
-            self._on_disconnected is not None and self._state != CONNECTION_STATE.DISCONNECTED
-        )
+        need_callback = self._on_disconnected is not None and self._state != CONNECTION_STATE.DISCONNECTED
         self.sendRandKey = None
         self.recvRandKey = None
         self.recvLastTimestamp = 0

@@ -46,9 +46,7 @@ from raft.transport import SharedPortTransport
 
 logger = logging.getLogger(__name__)
 
-_FAIL_NAMES = {
-    v: k for k, v in vars(FAIL_REASON).items() if not k.startswith("_") and isinstance(v, int)
-}
+_FAIL_NAMES = {v: k for k, v in vars(FAIL_REASON).items() if not k.startswith("_") and isinstance(v, int)}
 _STATE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
 EXIT_CORRUPT_SNAPSHOT = 70
 
@@ -159,14 +157,10 @@ class RaftGroup:
 
     def _construct(self) -> None:
         os.makedirs(self.data_dir, exist_ok=True)
-        transport_class = functools.partial(
-            SharedPortTransport, group_id=self.group_id, on_rejected=self._on_rejected
-        )
+        transport_class = functools.partial(SharedPortTransport, group_id=self.group_id, on_rejected=self._on_rejected)
         others = [m for m in self.members if m != self.self_address]
         with patches.constructing_with_poller(ProxyPoller(self._shard, self.group_id)):
-            self._so = _GroupSyncObj(
-                self, self.self_address, others, self._conf(), transportClass=transport_class
-            )
+            self._so = _GroupSyncObj(self, self.self_address, others, self._conf(), transportClass=transport_class)
 
     def _destroy(self) -> None:
         so = self._so
@@ -179,6 +173,7 @@ class RaftGroup:
             logger.exception("group %r: failed to store journal meta", self.group_id)
         so.destroy()  # manual-tick mode: synchronous (transport closed, journal flushed+closed)
         patches.close_pipe_notifier(so)
+        patches.close_serializer_files(so)
         self._emit(force=(False, None, self.term()))
 
     # --- ticking (shard thread) ---------------------------------------------
@@ -225,9 +220,7 @@ class RaftGroup:
             return self._sm.apply(index, command)
         except Exception as e:
             # Never propagate: an exception here wedges the group on every replica.
-            logger.exception(
-                "group %r: StateMachine.apply failed at index %d", self.group_id, index
-            )
+            logger.exception("group %r: StateMachine.apply failed at index %d", self.group_id, index)
             return RaftApplyError(self.group_id, index, f"{type(e).__name__}: {e}")
 
     def _serialize(self, tmp_path: str, raft_data: Any) -> None:
@@ -255,12 +248,7 @@ class RaftGroup:
 
     def is_leader(self) -> bool:
         so = self._so
-        return (
-            so is not None
-            and not self._destroyed
-            and so._isLeader()
-            and self._ready_term == so.raftCurrentTerm
-        )
+        return so is not None and not self._destroyed and so._isLeader() and self._ready_term == so.raftCurrentTerm
 
     def leader(self) -> str | None:
         so = self._so
@@ -281,7 +269,7 @@ class RaftGroup:
         so = self._so
         return 0 if so is None else int(so.raftLastApplied)
 
-    async def submit(self, command: bytes, timeout: float) -> Any:  # noqa: ASYNC109 - API contract
+    async def submit(self, command: bytes, timeout: float) -> Any:
         """Propose ``command`` and return ``sm.apply``'s result for it on this node.
 
         Raises NotLeaderError (not the ready leader; nothing proposed),
@@ -314,13 +302,9 @@ class RaftGroup:
         try:
             return await asyncio.wait_for(fut, timeout)
         except TimeoutError as e:
-            raise RaftTimeoutError(
-                f"group {self.group_id!r}: no commit within {timeout}s (outcome unknown)"
-            ) from e
+            raise RaftTimeoutError(f"group {self.group_id!r}: no commit within {timeout}s (outcome unknown)") from e
 
-    def submit_threadsafe(
-        self, command: bytes, callback: Callable[[Any, RaftError | None], None]
-    ) -> None:
+    def submit_threadsafe(self, command: bytes, callback: Callable[[Any, RaftError | None], None]) -> None:
         """Propose from any thread; ``callback(result, error)`` runs on the shard thread
         (or synchronously on the caller's thread for NotLeaderError/QueueFullError)."""
         so = self._so
@@ -352,11 +336,7 @@ class RaftGroup:
         for _ in range(5):
             try:
                 state = patches.raft_state(so)
-                match = (
-                    {str(n.id): int(i) for n, i in dict(patches.raft_match_index(so)).items()}
-                    if state == 2
-                    else {}
-                )
+                match = {str(n.id): int(i) for n, i in dict(patches.raft_match_index(so)).items()} if state == 2 else {}
                 connected = frozenset(str(n.id) for n in set(patches.connected_nodes(so)))
                 return GroupStatus(
                     state=_STATE_NAMES.get(state, str(state)),

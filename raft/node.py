@@ -88,9 +88,7 @@ class RaftNode:
             self._listener = Listener(self._bind[0], self._bind[1], self._dispatch, self._rejected)
         except OSError as e:
             raise RaftError(f"cannot bind raft port {self._bind[0]}:{self._bind[1]}: {e}") from e
-        self._shards = [
-            TickerShard(i, self.settings.tick_interval_s) for i in range(self.settings.tick_threads)
-        ]
+        self._shards = [TickerShard(i, self.settings.tick_interval_s) for i in range(self.settings.tick_threads)]
         for shard in self._shards:
             shard.start()
         self._listener.start()

@@ -123,9 +123,7 @@ class Host:
             return {"error": "NoSuchGroup"}
         if op == "submit":
             try:
-                result = await group.submit(
-                    req["command"].encode("latin-1"), float(req.get("timeout", 5.0))
-                )
+                result = await group.submit(req["command"].encode("latin-1"), float(req.get("timeout", 5.0)))
                 return {"ok": result}
             except NotLeaderError as e:
                 return {"error": "NotLeaderError", "leader": e.leader}

@@ -14,6 +14,10 @@ Patches (``apply()``, idempotent, run before any SyncObj is built):
   SyncObj otherwise, paid on the thread that adds the group.
 * ``FileJournal.setRaftCommitIndex`` only marks the meta dirty when the
   index changed (otherwise every idle group rewrites its .meta each second).
+* ``MetaStorer.getMeta`` closes its file and fails on an unreadable meta
+  file instead of silently forgetting the persisted term and vote.
+* ``Serializer`` closes the snapshot files it streams to followers (it
+  leaked one file handle per snapshot transfer).
 * a logging filter demotes the "truncating already-applied log entries"
   CRITICAL (raised by PySyncObj's duplicate retransmission, reference 4.4) to
   a WARNING and counts it in ``TRUNCATION_WARNINGS``.
@@ -21,6 +25,7 @@ Patches (``apply()``, idempotent, run before any SyncObj is built):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -31,6 +36,7 @@ from typing import Any
 
 import pysyncobj.journal as _psc_journal
 import pysyncobj.pickle as _psc_pickle
+import pysyncobj.serializer as _psc_serializer
 import pysyncobj.syncobj as _psc_syncobj
 import pysyncobj.transport as _psc_transport
 from pysyncobj.poller import createPoller as _original_create_poller
@@ -63,9 +69,7 @@ TRUNCATION_WARNINGS = _Counter()
 
 class _TruncationFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno == logging.CRITICAL and str(record.msg).startswith(
-            "truncating already-applied log entries"
-        ):
+        if record.levelno == logging.CRITICAL and str(record.msg).startswith("truncating already-applied log entries"):
             record.levelno = logging.WARNING
             record.levelname = "WARNING"
             TRUNCATION_WARNINGS.inc()
@@ -98,6 +102,61 @@ def _set_raft_commit_index(self: Any, raft_commit_index: int) -> None:
         _original_set_commit(self, raft_commit_index)
 
 
+def _get_meta(self: Any) -> dict[str, Any]:
+    # PySyncObj leaks the file handle and silently returns {} for an
+    # unreadable file, forgetting the persisted term and vote (a node could
+    # then vote twice in one term). Missing file: fresh group; unreadable: fail.
+    path = self._MetaStorer__path
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return {}
+    try:
+        meta = _psc_pickle.loads(raw)
+    except Exception as e:
+        raise RuntimeError(f"raft journal meta {path} is unreadable: {e}") from e
+    if not isinstance(meta, dict):
+        raise RuntimeError(f"raft journal meta {path} is not a dict")
+    return meta
+
+
+_original_get_transmission = _psc_serializer.Serializer.getTransmissionData
+
+
+def _get_transmission_data(self: Any, transmission_id: Any) -> Any:
+    # PySyncObj forgets (never closes) the snapshot file it streams to a
+    # follower once the transfer ends.
+    transmissions = self._Serializer__transmissions
+    before = transmissions.get(transmission_id)
+    result = _original_get_transmission(self, transmission_id)
+    if before is not None and transmission_id not in transmissions:
+        _close_quietly(before.get("file"))
+    return result
+
+
+def _cancel_transmission(self: Any, transmission_id: Any) -> None:
+    transmission = self._Serializer__transmissions.pop(transmission_id, None)
+    if transmission is not None:
+        _close_quietly(transmission.get("file"))
+
+
+def _close_quietly(f: Any) -> None:
+    if f is not None:
+        with contextlib.suppress(OSError):
+            f.close()
+
+
+def close_serializer_files(so: Any) -> None:
+    """Close snapshot files PySyncObj keeps open (outgoing and incoming transfers)."""
+    serializer = so._SyncObj__serializer
+    for transmission in serializer._Serializer__transmissions.values():
+        _close_quietly(transmission.get("file"))
+    serializer._Serializer__transmissions.clear()
+    _close_quietly(serializer._Serializer__incomingTransmissionFile)
+    serializer._Serializer__incomingTransmissionFile = None
+
+
 def apply() -> None:
     """Install all patches (idempotent, thread-safe)."""
     global _applied
@@ -109,6 +168,9 @@ def apply() -> None:
         _psc_syncobj.createPoller = _create_poller
         _psc_syncobj.getEncryptor = _cached_encryptor
         _psc_journal.FileJournal.setRaftCommitIndex = _set_raft_commit_index
+        _psc_journal.MetaStorer.getMeta = _get_meta
+        _psc_serializer.Serializer.getTransmissionData = _get_transmission_data
+        _psc_serializer.Serializer.cancelTransmisstion = _cancel_transmission
         logging.getLogger(_psc_syncobj.__name__).addFilter(_TruncationFilter())
         _applied = True
 
@@ -218,6 +280,15 @@ def audit() -> None:
     for name in ("setRaftCommitIndex", "onOneSecondTimer", "getRaftCommitIndex", "flush"):
         if not hasattr(fj, name):
             problems.append(f"FileJournal.{name} missing")
+    if not hasattr(_psc_journal, "MetaStorer") or not hasattr(_psc_journal.MetaStorer, "getMeta"):
+        problems.append("journal.MetaStorer.getMeta missing")
+    ser = _psc_serializer.Serializer
+    for name in ("getTransmissionData", "cancelTransmisstion", "setTransmissionData"):
+        if not hasattr(ser, name):
+            problems.append(f"Serializer.{name} missing")
+    names = _original_get_transmission.__code__.co_names
+    if "_Serializer__transmissions" not in names:
+        problems.append("Serializer no longer keeps __transmissions")
     if "_FileJournal__meta" not in _original_set_commit.__code__.co_names:
         problems.append("FileJournal no longer keeps __meta")
     if not hasattr(pn.PipeNotifier, "_PipeNotifier__onNewNotification"):

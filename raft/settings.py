@@ -34,9 +34,7 @@ class RaftSettings:
 
     def __post_init__(self) -> None:
         if not self.password:
-            raise ValueError(
-                "RaftSettings.password is required (Raft traffic must be authenticated)"
-            )
+            raise ValueError("RaftSettings.password is required (Raft traffic must be authenticated)")
         if self.tick_threads < 1:
             raise ValueError("tick_threads must be >= 1")
         if not 0 < self.tick_interval_s <= self.heartbeat_s:

@@ -43,9 +43,7 @@ _TRAILER_LEN = _BODY_LEN.size + _DIGEST_LEN
 _CHUNK = 1 << 20
 
 
-def write_snapshot(
-    path: str, raft_data: Any, state_index: int, write_body: Callable[[BinaryIO], None]
-) -> None:
+def write_snapshot(path: str, raft_data: Any, state_index: int, write_body: Callable[[BinaryIO], None]) -> None:
     """Write a complete container to ``path`` (not renamed; PySyncObj renames it)."""
     raft_blob = pickle.dumps(raft_data, protocol=4)
     with open(path, "w+b") as f:

