@@ -80,6 +80,13 @@ def proc_stat(pid: int) -> tuple[float, float, int]:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK, int(fields[21]) * _PAGE / 1e6, int(fields[17])
 
 
+def host_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole host (all cores) from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v) - v[3] - v[4]) / _CLK_TCK, sum(v) / _CLK_TCK
+
+
 def self_cpu() -> float:
     t = os.times()
     return t.user + t.system
@@ -279,7 +286,8 @@ class PartitionWriter:
         self.wire_bytes = 0
 
     def body(self, seq: int) -> bytes:
-        batch = encode_batch(self.records, producer_id=self.pid, producer_epoch=self.epoch, base_sequence=seq)
+        batch = encode_batch(self.records, producer_id=self.pid, producer_epoch=self.epoch,
+                             base_sequence=seq if self.pid >= 0 else -1)  # fmt: skip
         self.wire_bytes = len(batch)
         return encode_produce_request(ProduceRequest((ProducePartition(TOPIC, self.partition, batch),)))
 
@@ -342,7 +350,7 @@ def make_records(record_size: int, batch_bytes: int) -> list[Record]:
 
 async def drive_produce(cluster: BenchCluster, leaders: dict[int, str], opts: argparse.Namespace,
                         on_window: Callable[[], Any] | None = None) -> dict[str, Any]:  # fmt: skip
-    pid, epoch = cluster.init_producer()
+    pid, epoch = cluster.init_producer() if opts.idempotence else (-1, -1)
     records = make_records(opts.record_size, opts.batch_bytes)
     load = Load()
     conn = aiohttp.TCPConnector(limit=0)
@@ -352,11 +360,11 @@ async def drive_produce(cluster: BenchCluster, leaders: dict[int, str], opts: ar
         tasks = [asyncio.create_task(w.run_slot()) for w in writers for _ in range(opts.concurrency)]
         try:
             await asyncio.sleep(opts.warmup)
-            t0, c0 = time.monotonic(), self_cpu()
+            t0, c0, h0 = time.monotonic(), self_cpu(), host_cpu()
             n0 = {i: proc_stat(p.pid)[0] for i, p in cluster.procs.items()}
             extra = on_window() if on_window else None
             await asyncio.sleep(opts.duration)
-            t1, c1 = time.monotonic(), self_cpu()
+            t1, c1, h1 = time.monotonic(), self_cpu(), host_cpu()
             n1 = {i: proc_stat(p.pid)[0] for i, p in cluster.procs.items()}
         finally:
             for w in writers:
@@ -369,8 +377,12 @@ async def drive_produce(cluster: BenchCluster, leaders: dict[int, str], opts: ar
                 raise t.exception()  # type: ignore[misc]
     out = load.window(t0, t1)
     out["batch_wire_bytes"] = writers[0].wire_bytes
+    out["idempotent"] = pid >= 0
     out["client_cpu_pct"] = round(100 * (c1 - c0) / (t1 - t0), 1)
     out["node_cpu_pct"] = {f"node{i}": round(100 * (n1[i] - n0[i]) / (t1 - t0), 1) for i in n0}
+    out["host_cpu_busy_pct"] = round(100 * (h1[0] - h0[0]) / (h1[1] - h0[1]), 1)  # of all cores
+    out["host_cpu_other_pct"] = round(  # busy time of processes outside this benchmark, % of one core
+        100 * ((h1[0] - h0[0]) - (c1 - c0) - sum(n1[i] - n0[i] for i in n0)) / (t1 - t0), 1)  # fmt: skip
     out["leaders"] = {p: cluster.node_of_url(u) for p, u in leaders.items()}
     if extra is not None:
         out["_extra"] = extra
@@ -440,28 +452,42 @@ def start_profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+_IDLE_LEAVES = ("epoll_wait", "poll", "select", "select_epoll_poll_impl", "pthread_cond_wait", "sem_wait",
+                "pthread_cond_timedwait", "sem_timedwait", "nanosleep", "clock_nanosleep", "time_sleep",
+                "acquire_timed", "lock_PyThread_acquire_lock", "PyThread_acquire_lock_timed")  # fmt: skip
+_NOISE = ("threading.py", "libpython", "libc.so", "runpy", "<module>", "thread_run")
+
+
 def summarize_profile(path: Path, top: int = 12) -> dict[str, Any]:
-    """Top self (leaf frame) and inclusive functions of a py-spy collapsed-stack file."""
+    """Busy-sample shares of a py-spy collapsed-stack file: by leaf frame (self) and by frame (inclusive).
+
+    Samples whose leaf is a wait (epoll_wait, cond wait, ...) count as idle; unresolved libc leaves stay in.
+    """
     self_c: Counter[str] = Counter()
     incl: Counter[str] = Counter()
-    total = 0
+    busy = idle = 0
     for line in path.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
-        if not stack:
+        if not stack or not n.isdigit():
             continue
-        count = int(n)
-        frames = [f.split(" (", 1)[0] + " " + f.rsplit("/", 1)[-1].split(":")[0].rstrip(")")
-                  for f in stack.split(";")[1:]]  # fmt: skip
-        total += count
-        if frames:
-            self_c[frames[-1]] += count
+        frames = []
+        for f in stack.split(";"):
+            name, _, loc = f.partition(" (")
+            frames.append(f"{name} ({'/'.join(loc.rstrip(')').split(':')[0].split('/')[-2:])})")
+        resolved = [f for f in frames if not f.startswith("0x")] or frames
+        if any(resolved[-1].startswith(w + " ") for w in _IDLE_LEAVES):
+            idle += int(n)
+            continue
+        busy += int(n)
+        self_c[frames[-1]] += int(n)
         for f in set(frames):
-            incl[f] += count
+            if not any(x in f for x in _NOISE):
+                incl[f] += int(n)
 
     def share(c: Counter[str]) -> list[str]:
-        return [f"{100 * v / max(1, total):5.1f}% {k}" for k, v in c.most_common(top)]
+        return [f"{100 * v / max(1, busy):5.1f}% {k}" for k, v in c.most_common(top)]
 
-    return {"samples": total, "self": share(self_c), "inclusive": share(incl)}
+    return {"busy_samples": busy, "idle_samples": idle, "self": share(self_c), "inclusive": share(incl)}
 
 
 # ---- scenarios ----------------------------------------------------------------------
@@ -509,16 +535,20 @@ def scenario_produce(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[s
 
 
 async def drive_fetch(cluster: BenchCluster, opts: argparse.Namespace) -> dict[str, Any]:
-    """Read every partition from offset 0 to its high watermark from its leader (binary batches)."""
+    """Read every partition from offset 0 to its high watermark from its leader (binary batches).
+
+    Passes over the whole log repeat for at least min(duration, 5) s.
+    """
     leaders = cluster.leaders(TOPIC)
-    total_bytes = total_records = requests = 0
+    total_bytes = total_records = requests = passes = 0
     lat: list[float] = []
+    until = time.monotonic() + min(opts.duration, 5.0)
     async with aiohttp.ClientSession() as session:
 
         async def read(partition: int, url: str) -> None:
-            nonlocal total_bytes, total_records, requests
+            nonlocal total_bytes, total_records, requests, passes
             offset = 0
-            while True:
+            while time.monotonic() < until or offset > 0:
                 t0 = time.perf_counter()
                 async with session.get(f"{url}/v1/topics/{TOPIC}/partitions/{partition}/records",
                                        params={"offset": offset, "max_bytes": opts.fetch_max_bytes,
@@ -534,8 +564,8 @@ async def drive_fetch(cluster: BenchCluster, opts: argparse.Namespace) -> dict[s
                 if not data.batches:
                     return
                 offset = data.batches[-1].last_offset + 1
-                if offset >= data.high_watermark:
-                    return
+                if offset >= data.high_watermark:  # whole log read: start another pass while time is left
+                    offset, passes = 0, passes + 1
 
         c0, t0 = self_cpu(), time.monotonic()
         await asyncio.gather(*(read(p, str(u)) for p, u in leaders.items()))
@@ -543,6 +573,7 @@ async def drive_fetch(cluster: BenchCluster, opts: argparse.Namespace) -> dict[s
     lat.sort()
     return {"seconds": round(wall, 2), "wire_mb_per_s": round(total_bytes / wall / 1e6, 2),
             "records_per_s": round(total_records / wall), "records": total_records, "requests": requests,
+            "log_passes": passes,
             "p50_ms": round(pct(lat, 0.5) * 1e3, 1), "p99_ms": round(pct(lat, 0.99) * 1e3, 1),
             "client_cpu_pct": round(100 * cpu / wall, 1)}  # fmt: skip
 
@@ -604,16 +635,17 @@ def scenario_idle(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[str,
         elected = time.monotonic() - t0
         time.sleep(3.0)  # let the startup traffic settle
         before = {i: proc_stat(p.pid)[0] for i, p in cluster.procs.items()}
-        t0 = time.monotonic()
+        t0, h0 = time.monotonic(), host_cpu()
         time.sleep(opts.idle_seconds)
-        wall = time.monotonic() - t0
+        wall, h1 = time.monotonic() - t0, host_cpu()
         nodes = {}
         for i, p in cluster.procs.items():
             cpu, rss, threads = proc_stat(p.pid)
             nodes[f"node{i}"] = {"cpu_pct": round(100 * (cpu - before[i]) / wall, 2), "rss_mb": round(rss, 1),
                                  "threads": threads}  # fmt: skip
     return {"partitions": opts.idle_partitions, "all_leaders_after_s": round(elected, 1), "seconds": round(wall, 1),
-            "nodes": nodes, "total_cpu_pct": round(sum(n["cpu_pct"] for n in nodes.values()), 2)}  # fmt: skip
+            "nodes": nodes, "total_cpu_pct": round(sum(n["cpu_pct"] for n in nodes.values()), 2),
+            "host_cpu_busy_pct": round(100 * (h1[0] - h0[0]) / (h1[1] - h0[1]), 1)}  # fmt: skip
 
 
 RUNNERS: dict[str, Callable[[argparse.Namespace, dict[str, Any]], dict[str, Any]]] = {
@@ -657,6 +689,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--partitions", type=int, default=3, help="partitions of the produce topic (RF 3)")
     p.add_argument("--concurrency", type=int, default=1, choices=range(1, 6), metavar="K",
                    help="requests in flight per partition (1..5)")  # fmt: skip
+    p.add_argument("--no-idempotence", dest="idempotence", action="store_false",
+                   help="plain writes (producer id -1) instead of idempotent ones")  # fmt: skip
     p.add_argument("--fetch-max-bytes", type=int, default=1 << 20)
     p.add_argument("--failovers", type=int, default=3)
     p.add_argument("--idle-partitions", type=int, default=64)
