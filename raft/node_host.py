@@ -181,11 +181,11 @@ class Host:
 class HostProcess:
     """Parent-side handle of a ``raft.node_host`` child process."""
 
-    def __init__(self, args: list[str], stderr_path: str | None = None) -> None:
+    def __init__(self, args: list[str], stderr_path: str | None = None, module: str = "raft.node_host") -> None:
         repo_root = str(pathlib.Path(__file__).resolve().parent.parent)
         self._stderr = open(stderr_path or os.devnull, "ab")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "raft.node_host", *args],
+            [sys.executable, "-m", module, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
