@@ -151,9 +151,11 @@ class Api:
             raise BrokerError(ErrorCode.NOT_CONTROLLER, f"controller leader unreachable: {e}") from e
 
     def require_internal(self, request: web.Request) -> None:
-        if not verify(
-            self.broker.config.cluster_secret, request.method, request.path, request.headers.get(AUTH_HEADER)
-        ):
+        signature = request.headers.get(AUTH_HEADER)
+        # a valid signature is hex; hmac.compare_digest raises TypeError on non-ASCII str
+        if signature is not None and not signature.isascii():
+            signature = None
+        if not verify(self.broker.config.cluster_secret, request.method, request.path, signature):
             raise BrokerError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "internal endpoint")
 
     # ---- health and metadata ---------------------------------------------------------
@@ -249,7 +251,19 @@ class Api:
         raw = await request.read()
         body = parsing.parse_json_object(raw) if raw.strip() else {}
         tid = parsing.get_str(body, "transactional_id", required=False, max_len=2**15 - 1)
-        parsing.get_int(body, "transaction_timeout_ms", default=60_000, lo=1, hi=2**31 - 1)
+        if tid == "":
+            # Kafka's InitProducerId answers INVALID_REQUEST for an empty transactional id
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "transactional_id must not be empty (use null)")
+        timeout_ms = body.get("transaction_timeout_ms", 60_000)
+        if timeout_ms is None:
+            timeout_ms = 60_000
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int):
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "transaction_timeout_ms must be an integer")
+        if not 1 <= timeout_ms <= parsing.INT32_MAX:
+            raise BrokerError(
+                ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+                f"transaction_timeout_ms must be between 1 and {parsing.INT32_MAX}",
+            )
         if tid is not None:
             raise BrokerError(
                 ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactional producers are not available on this cluster yet"
@@ -369,10 +383,7 @@ class Api:
     async def fetch(self, request: web.Request) -> web.StreamResponse:
         q = request.query
         topic = request.match_info["topic"]
-        try:
-            partition = int(request.match_info["partition"])
-        except ValueError as exc:
-            raise BrokerError(ErrorCode.INVALID_REQUEST, "partition must be an integer") from exc
+        partition = parsing.parse_decimal(request.match_info["partition"], "partition", lo=-(2**31), hi=2**31 - 1)
         offset = parsing.query_int(q, "offset", default=None, lo=0, hi=parsing.INT64_MAX)
         max_bytes = parsing.query_int(q, "max_bytes", default=1 << 20, lo=1, hi=64 << 20)
         max_wait = parsing.query_int(q, "max_wait_ms", default=0, lo=0, hi=parsing.INT32_MAX)

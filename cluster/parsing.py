@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -41,15 +43,50 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    # json turns an out-of-range literal such as 1e400 into inf: reject it like Infinity
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return v
+
+
+# A \uD800-\uDFFF escape: json.loads accepts a lone surrogate, which no UTF-8 encoder will take.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _check_unicode(body: Any) -> None:
+    """Reject strings (keys included) holding lone surrogates. Iterative: no recursion limit."""
+    stack = [body]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise _bad("malformed JSON: string with an unpaired surrogate escape") from exc
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+
+
 def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """A JSON object from a request body: UTF-8 text (RFC 8259), finite numbers, valid Unicode."""
     if not raw:
         raise _bad("request body must be a JSON object")
     try:
-        body = json.loads(raw, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        text = raw.decode("utf-8")
+        body = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except UnicodeDecodeError as exc:
+        raise _bad("malformed JSON: the body is not UTF-8") from exc
+    except (ValueError, RecursionError) as exc:
         raise _bad(f"malformed JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise _bad("request body must be a JSON object")
+    if _SURROGATE_ESCAPE.search(text):
+        _check_unicode(body)
     return body
 
 
@@ -96,19 +133,26 @@ def get_list(obj: Mapping[str, Any], key: str, *, max_len: int) -> list[Any]:
     return v
 
 
+_DECIMAL = re.compile(r"-?[0-9]+")
+
+
+def parse_decimal(raw: str, what: str, *, lo: int, hi: int) -> int:
+    """A plain ASCII decimal integer (no sign '+', spaces, '_' or non-ASCII digits, as ``int()`` allows)."""
+    if not _DECIMAL.fullmatch(raw):
+        raise _bad(f"{what} must be a decimal integer")
+    v = int(raw, 10) if len(raw) <= 40 else hi + 1  # int() of thousands of digits is slow, then refused
+    if not lo <= v <= hi:
+        raise _bad(f"{what} must be between {lo} and {hi}")
+    return v
+
+
 def query_int(query: Mapping[str, str], key: str, *, default: int | None, lo: int, hi: int) -> int:
     raw = query.get(key)
     if raw is None or raw == "":
         if default is None:
             raise _bad(f"missing query parameter {key!r}")
         return default
-    try:
-        v = int(raw, 10)
-    except ValueError as exc:
-        raise _bad(f"query parameter {key!r} must be an integer") from exc
-    if not lo <= v <= hi:
-        raise _bad(f"query parameter {key!r} must be between {lo} and {hi}")
-    return v
+    return parse_decimal(raw, f"query parameter {key!r}", lo=lo, hi=hi)
 
 
 def decode_binary(v: Any, field: str, *, fmt: str = "base64") -> bytes | None:
@@ -161,10 +205,10 @@ def get_format(body: Mapping[str, Any]) -> str:
 
 
 def parse_acks(v: Any) -> int:
-    if v is None or v == "all" or v == -1:
+    if v is None or v == "all":
         return -1
-    if v == 0 and not isinstance(v, bool):
-        return 0
+    if type(v) is int and v in (-1, 0):  # not bool, not float (0.0 == 0)
+        return v
     raise BrokerError(ErrorCode.INVALID_REQUIRED_ACKS, 'acks must be "all" or 0')
 
 
