@@ -243,7 +243,8 @@ class Broker:
         return self.peers.controller_leader()
 
     def is_ready(self) -> bool:
-        return not self.draining and self.controller_leader_id() is not None
+        """Serving: not draining, and this node's own controller replica knows a leader."""
+        return not self.draining and self.controller is not None and self.controller.leader() is not None
 
     def topic(self, name: str) -> TopicMetadata:
         meta = self.view.topics.get(name)
@@ -344,6 +345,9 @@ class Broker:
             result = await self.controller.submit(command, timeout=self.config.request_timeout_ms / 1000)
         except NotLeaderError as exc:
             node = self.config.node_by_raft_address(exc.leader) if exc.leader else None
+            if node is None:  # our Raft has no leader yet; peers may know it
+                known = self.peers.controller_leader()
+                node = self.config.node(known) if known is not None and known != self.config.node_id else None
             raise BrokerError(
                 ErrorCode.NOT_CONTROLLER,
                 "this node is not the controller leader",

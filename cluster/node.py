@@ -48,6 +48,9 @@ def setup_logging(fmt: str, level: str, node_id: int) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # Malformed HTTP is answered 400 by aiohttp's parser; it would log each with a traceback
+    # (a log flood anyone can trigger). Application errors are logged by our middleware.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
 
 
 class NodeServer:

@@ -39,7 +39,8 @@ def sign(secret: str, method: str, path: str) -> str:
 def verify(secret: str, method: str, path: str, signature: str | None) -> bool:
     if not signature:
         return False
-    return hmac.compare_digest(sign(secret, method, path), signature)
+    # Compare bytes: compare_digest raises TypeError on non-ASCII str (hostile headers).
+    return hmac.compare_digest(sign(secret, method, path).encode(), signature.encode("utf-8", "surrogateescape"))
 
 
 @dataclass

@@ -91,7 +91,7 @@ def validate_topic_config(config: object) -> dict[str, int | str]:
                 raise BrokerError(ErrorCode.INVALID_CONFIG, f"{key} must be an integer")
             try:
                 iv = int(value)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, OverflowError) as exc:
                 raise BrokerError(ErrorCode.INVALID_CONFIG, f"{key} must be an integer") from exc
             if isinstance(value, float) and value != iv:
                 raise BrokerError(ErrorCode.INVALID_CONFIG, f"{key} must be an integer")

@@ -216,6 +216,8 @@ class PartitionLog:
             return BrokerError(ErrorCode.INVALID_REQUEST, f"bad producer id {header.producer_id}")
         if header.is_transactional and not header.is_idempotent:
             return BrokerError(ErrorCode.INVALID_REQUEST, "a transactional batch needs a producer id")
+        if not header.is_idempotent and (header.producer_epoch != -1 or header.base_sequence != -1):
+            return BrokerError(ErrorCode.INVALID_REQUEST, "a plain batch (producer id -1) carries epoch and sequence -1")
         return None
 
     def check_append(self, header: BatchHeader) -> BrokerError | None:

@@ -75,6 +75,7 @@ def test_sigkill_leader_while_producing_loses_and_duplicates_nothing(make_cluste
         th.join(30)
     assert not errors, errors
     # Then a new leader accepted writes within 3 s ...
+    print(f"FAILOVER {first_ack - killed_at:.2f}s")
     assert first_ack - killed_at < 3.0, f"failover took {first_ack - killed_at:.2f}s"
     survivors = [n for n in (1, 2, 3) if n != leader]
     new_leader = c.leader("t", 0)
