@@ -67,7 +67,7 @@ class NodeConfig:
     default_replication_factor: int = 3
     max_partitions_per_topic: int = 10_000
     # Raft
-    raft_heartbeat_s: float = 0.1
+    raft_heartbeat_s: float = 0.2  # heartbeats only: commit latency does not depend on it (non-batch mode)
     raft_election_timeout_min_s: float = 0.8
     raft_election_timeout_max_s: float = 1.6
     raft_tick_threads: int = 1

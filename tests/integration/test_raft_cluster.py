@@ -230,7 +230,6 @@ def test_wrong_password_peer_is_rejected_and_cannot_affect_group(tmp_path: pathl
             await asyncio.sleep(0.5)
             assert c.sms[(2, "a")].value("k") == 1  # learned nothing new
             assert not c.group(2, "a").status().connected
-            assert c.group(2, "a").leader() is None or c.group(2, "a").term() == 0 or True
             assert await c.submit("a", b"add:k:1") == 3
             # A raw client with the wrong key: closed, nothing unpickled.
             host, port = c.addrs[0].split(":")
