@@ -22,6 +22,7 @@ ticker thread (the poller callbacks included).
 
 from __future__ import annotations
 
+import base64
 import errno
 import logging
 import pickle
@@ -331,11 +332,15 @@ class FrameConnection:
             return None
         try:
             if self.encryptor:
-                timestamp = self.encryptor.extract_timestamp(data)
+                # decrypt() authenticates the whole token (timestamp included); reading the
+                # timestamp from the token's first 9 bytes afterwards avoids Fernet's
+                # extract_timestamp, which base64-decodes and HMAC-checks the frame a second time.
+                plain = self.encryptor.decrypt(data)
+                timestamp = _fernet_timestamp(data)
                 if timestamp < self.recvLastTimestamp:
                     raise ValueError("replayed or reordered frame")
                 self.recvLastTimestamp = timestamp
-                data = self.encryptor.decrypt(data)
+                data = plain
             message = pickle.loads(data)
             if self.recvRandKey:
                 if not (isinstance(message, tuple) and len(message) == 2):
@@ -358,3 +363,8 @@ class FrameConnection:
         if self._on_rejected is not None:
             self._on_rejected(why)
         self.disconnect()
+
+
+def _fernet_timestamp(token: bytes) -> int:
+    """The timestamp of a Fernet token: bytes 1..9 of its base64url decoding (first 12 chars)."""
+    return int.from_bytes(base64.urlsafe_b64decode(bytes(token[:12]))[1:9], "big")

@@ -216,23 +216,33 @@ class PartitionLog:
             return BrokerError(ErrorCode.INVALID_REQUEST, f"bad producer id {header.producer_id}")
         if header.is_transactional and not header.is_idempotent:
             return BrokerError(ErrorCode.INVALID_REQUEST, "a transactional batch needs a producer id")
+        if header.is_idempotent and (header.producer_epoch < 0 or header.base_sequence < 0):
+            return BrokerError(ErrorCode.INVALID_REQUEST, "an idempotent batch needs an epoch and a sequence >= 0")
         if not header.is_idempotent and (header.producer_epoch != -1 or header.base_sequence != -1):
-            return BrokerError(ErrorCode.INVALID_REQUEST, "a plain batch (producer id -1) carries epoch and sequence -1")
+            return BrokerError(
+                ErrorCode.INVALID_REQUEST, "a plain batch (producer id -1) carries epoch and sequence -1"
+            )
         return None
 
     def check_append(self, header: BatchHeader) -> BrokerError | None:
-        """The leader's fast pre-check: the error apply would return now, or None.
+        """The leader's fast pre-check: an error apply is certain to return, or None.
 
-        A duplicate is not an error (apply answers the original offsets).
+        Only checks that hold whatever is still in flight: up to 5 batches of a
+        producer may be proposed but not yet applied, so sequence rules (gaps,
+        unknown producer, duplicates) are left to apply, which sees batches in
+        log order. A fenced (older) epoch can never become valid again.
         Mutates nothing; apply remains the authority (DESIGN.md rule 1).
         """
         err = self._check_plain(header)
         if err is not None or not header.is_idempotent:
             return err
-        info = self._producers.prepare_append(header.producer_id, state_may_be_lost=self._meta.state_may_be_lost)
-        if info.duplicate_of(header) is not None:
-            return None
-        return info.validate(header)
+        entry = self._producers.get(header.producer_id)
+        if entry is not None and header.producer_epoch < entry.producer_epoch:
+            return BrokerError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"producer {header.producer_id}: epoch {header.producer_epoch} is older than {entry.producer_epoch}",
+            )
+        return None
 
     # -- apply (Raft thread) ----------------------------------------------------------
 

@@ -241,16 +241,25 @@ def test_malformed_producer_fields_are_rejected(producer: Producer, batch: bytes
 # -- the leader's pre-check ------------------------------------------------------------
 
 
-def test_check_append_agrees_with_apply_and_mutates_nothing(producer: Producer) -> None:
+def test_check_append_admits_pipelined_batches_and_mutates_nothing(producer: Producer) -> None:
+    # Up to 5 batches per partition may be in flight (proposed, not yet applied), so the
+    # leader's pre-check must not judge sequences against applied state: apply does.
     producer.ok(seq=0)
     before = (producer.log.producer_entry(PID), producer.log.high_watermark)
     log = producer.log
     assert log.check_append(parse_batch(make_batch(PID, 0, 1))) is None
     assert log.check_append(parse_batch(make_batch(PID, 0, 0))) is None  # duplicate: fine
-    gap = log.check_append(parse_batch(make_batch(PID, 0, 5)))
-    assert gap is not None
-    assert gap.error_code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert log.check_append(parse_batch(make_batch(PID, 0, 5))) is None  # may follow in-flight batches
+    assert log.check_append(parse_batch(make_batch(PID + 1, 0, 9))) is None  # first batch may be in flight
     assert (log.producer_entry(PID), log.high_watermark) == before
+
+
+def test_check_append_rejects_a_fenced_epoch_like_apply(producer: Producer) -> None:
+    producer.ok(epoch=1, seq=0)
+    stale = parse_batch(make_batch(PID, 0, 1))
+    err = producer.log.check_append(stale)
+    assert err is not None and err.error_code is ErrorCode.INVALID_PRODUCER_EPOCH
+    assert producer.error(epoch=0, seq=1) is ErrorCode.INVALID_PRODUCER_EPOCH
 
 
 def test_prepare_append_mutates_nothing() -> None:
