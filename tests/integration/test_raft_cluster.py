@@ -228,7 +228,8 @@ def test_wrong_password_peer_is_rejected_and_cannot_affect_group(tmp_path: pathl
                 "impostor connection rejected",
             )
             await asyncio.sleep(0.5)
-            assert c.sms[(2, "a")].value("k") == 1  # learned nothing new
+            # learned nothing new: it may or may not have applied write 1 before it stopped, never write 2
+            assert c.sms[(2, "a")].value("k") in (0, 1)
             assert not c.group(2, "a").status().connected
             assert await c.submit("a", b"add:k:1") == 3
             # A raw client with the wrong key: closed, nothing unpickled.
