@@ -21,7 +21,6 @@ import os
 import platform
 import shlex
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,7 +48,7 @@ from clients.protocol import (
     encode_produce_request,
 )
 
-from .config import NodeConfig, make_cluster_configs, write_configs
+from .config import NodeConfig, free_ports, make_cluster_configs, write_configs
 
 REPO = Path(__file__).resolve().parents[1]
 TOPIC = "bench"
@@ -59,19 +58,6 @@ SCENARIOS = ("produce", "fetch", "failover", "idle")
 
 
 # ---- helpers ------------------------------------------------------------------------
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def proc_stat(pid: int) -> tuple[float, float, int]:

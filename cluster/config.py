@@ -22,6 +22,7 @@ Optional keys and their defaults are the fields of ``NodeConfig`` below.
 from __future__ import annotations
 
 import secrets
+import socket
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -253,3 +254,17 @@ def write_configs(configs: list[NodeConfig], directory: Path) -> list[Path]:
         p.chmod(0o600)
         paths.append(p)
     return paths
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct ports the OS reports free right now (for local clusters, tests and benches)."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()

@@ -16,7 +16,6 @@ import argparse
 import base64
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,19 +25,9 @@ from typing import Any
 
 from clients._http import request_json
 from clients.protocol import BrokerError
-from cluster.config import make_cluster_configs, write_configs
+from cluster.config import free_ports, make_cluster_configs, write_configs
 
 RETRIABLE_WAIT = 0.05
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 class Demo:

@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,23 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cluster.config import NodeConfig, make_cluster_configs, write_configs
+from cluster.config import NodeConfig, free_ports, make_cluster_configs, write_configs
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
