@@ -12,7 +12,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 
-from raft import LeadershipEvent, RaftGroup, RaftNode, RaftSettings
+from raft import LeadershipEvent, NotLeaderError, RaftGroup, RaftNode, RaftSettings
 from tests.raft_support.counter_sm import CounterStateMachine
 
 PASSWORD = "txbroker-test-secret"
@@ -101,9 +101,26 @@ class Cluster:
         return {g: idx for g in self.group_ids if (idx := self.leader_index(g)) is not None}
 
     async def submit(self, gid: str, command: bytes, timeout: float = 5.0) -> object:
-        idx = self.leader_index(gid)
-        assert idx is not None, f"no leader for {gid}"
-        return await self.group(idx, gid).submit(command, timeout)
+        """Submit on the current leader, waiting out an election in progress.
+
+        Only NotLeaderError is retried: it is raised before the command is
+        appended, so retrying can never apply it twice. Under full-suite load
+        a heartbeat can be late enough for a follower to start an election.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            idx = self.leader_index(gid)
+            if idx is None:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"no leader for {gid} within {timeout}s")
+                await asyncio.sleep(0.02)
+                continue
+            try:
+                return await self.group(idx, gid).submit(command, max(0.1, deadline - time.monotonic()))
+            except NotLeaderError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.02)
 
     async def wait_value(self, gid: str, key: str, value: int, timeout: float = 10.0) -> None:
         def converged() -> bool:
