@@ -1,0 +1,177 @@
+"""Cluster metadata as a client sees it: which node leads which partition.
+
+Like Kafka's client ``Metadata``: a cache refreshed on demand (unknown topic,
+``NOT_LEADER_OR_FOLLOWER``, a dead leader) and at most every
+``metadata_max_age_ms``; concurrent refreshes are coalesced into one request.
+Any node answers ``GET /v1/metadata`` for the whole cluster, so the cache asks
+the bootstrap URLs and every node URL it has learnt, in turn, until one
+answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from ..protocol import BrokerError, ErrorCode
+from ._session import HttpSession
+
+
+def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[str]:
+    """``"http://a:1,http://b:2"`` or a list of URLs -> normalized URL list (no trailing slash)."""
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    urls = [u.strip().rstrip("/") for u in items if u.strip()]
+    if not urls:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "bootstrap must name at least one URL")
+    for u in urls:
+        if not u.startswith(("http://", "https://")):
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"bootstrap URL must start with http:// or https://: {u!r}")
+    return urls
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    topic: str
+    partition: int
+    leader: int | None
+    leader_url: str | None
+    replicas: tuple[int, ...]
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+
+
+class MetadataCache:
+    def __init__(
+        self, session: HttpSession, bootstrap: str | Sequence[str], *, metadata_max_age_ms: int = 300_000
+    ) -> None:
+        self._session = session
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self._max_age = metadata_max_age_ms / 1000
+        self._node_urls: dict[int, str] = {}
+        self._topics: dict[str, dict[int, PartitionInfo]] = {}
+        self._fetched_at = 0.0
+        self._refreshing: asyncio.Future[None] | None = None
+
+    # ---- queries -------------------------------------------------------------------------
+
+    def urls(self) -> list[str]:
+        """Every URL worth trying for a cluster-wide request: bootstrap first, then known nodes."""
+        seen = dict.fromkeys(self.bootstrap)
+        seen.update(dict.fromkeys(self._node_urls.values()))
+        return list(seen)
+
+    def node_url(self, node_id: int) -> str | None:
+        return self._node_urls.get(node_id)
+
+    def cached_partition_count(self, topic: str) -> int | None:
+        parts = self._topics.get(topic)
+        return len(parts) if parts is not None else None
+
+    def cached(self, topic: str, partition: int) -> PartitionInfo | None:
+        return self._topics.get(topic, {}).get(partition)
+
+    async def partition_count(self, topic: str) -> int:
+        """The topic's partition count; raises ``UNKNOWN_TOPIC_OR_PARTITION`` if it does not exist."""
+        if topic not in self._topics or self._stale():
+            await self.refresh()
+        parts = self._topics.get(topic)
+        if not parts:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
+        return len(parts)
+
+    async def partition(self, topic: str, partition: int) -> PartitionInfo:
+        info = self.cached(topic, partition)
+        if info is None or info.leader_url is None or self._stale():
+            await self.refresh()
+            info = self.cached(topic, partition)
+        if info is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {topic}-{partition}")
+        return info
+
+    async def leader_url(self, topic: str, partition: int) -> str:
+        """URL of the partition's leader; ``LEADER_NOT_AVAILABLE`` (retriable) during an election."""
+        info = await self.partition(topic, partition)
+        if info.leader_url is None:
+            raise BrokerError(ErrorCode.LEADER_NOT_AVAILABLE, f"no leader for {topic}-{partition} yet")
+        return info.leader_url
+
+    # ---- updates -------------------------------------------------------------------------
+
+    def invalidate(self, topic: str, partition: int, leader_url: str | None = None) -> None:
+        """Forget a partition's leader after ``NOT_LEADER_OR_FOLLOWER``; adopt the server's hint if given."""
+        parts = self._topics.get(topic)
+        if parts is None or partition not in parts:
+            return
+        old = parts[partition]
+        leader = next((i for i, u in self._node_urls.items() if u == leader_url), None) if leader_url else None
+        parts[partition] = PartitionInfo(
+            old.topic, old.partition, leader, leader_url, old.replicas,
+            old.high_watermark, old.last_stable_offset, old.log_start_offset,
+        )  # fmt: skip
+        if leader_url is None:
+            self._fetched_at = 0.0  # the next lookup refreshes
+
+    def _stale(self) -> bool:
+        return time.monotonic() - self._fetched_at > self._max_age
+
+    async def refresh(self, topics: Iterable[str] | None = None) -> None:
+        """Fetch metadata now; concurrent callers share one request."""
+        if self._refreshing is not None:
+            await asyncio.shield(self._refreshing)
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._refreshing = fut
+        try:
+            await self._refresh_once(topics)
+            fut.set_result(None)
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # mark retrieved: waiters get it via shield
+            raise
+        finally:
+            self._refreshing = None
+
+    async def _refresh_once(self, topics: Iterable[str] | None) -> None:
+        query = ""
+        if topics is not None:
+            query = "?topics=" + ",".join(quote(t, safe="") for t in topics)
+        last: BrokerError | None = None
+        for url in self.urls():
+            try:
+                body = await self._session.request_json("GET", f"{url}/v1/metadata{query}")
+            except BrokerError as exc:
+                last = exc
+                continue
+            self._apply(body, partial=topics is not None)
+            return
+        assert last is not None
+        raise BrokerError(ErrorCode.NETWORK_EXCEPTION, f"no node answered metadata: {last.message}") from last
+
+    def _apply(self, body: dict[str, Any], *, partial: bool) -> None:
+        for n in body.get("nodes", []):
+            if n.get("url"):
+                self._node_urls[int(n["id"])] = str(n["url"]).rstrip("/")
+        topics: dict[str, dict[int, PartitionInfo]] = {} if not partial else dict(self._topics)
+        for t in body.get("topics", []):
+            parts: dict[int, PartitionInfo] = {}
+            for p in t["partitions"]:
+                url = p.get("leader_url")
+                parts[int(p["partition"])] = PartitionInfo(
+                    topic=t["name"],
+                    partition=int(p["partition"]),
+                    leader=p.get("leader"),
+                    leader_url=str(url).rstrip("/") if url else None,
+                    replicas=tuple(p.get("replicas", ())),
+                    high_watermark=int(p.get("high_watermark", 0)),
+                    last_stable_offset=int(p.get("last_stable_offset", 0)),
+                    log_start_offset=int(p.get("log_start_offset", 0)),
+                )
+            topics[t["name"]] = parts
+        self._topics = topics
+        if not partial:
+            self._fetched_at = time.monotonic()
