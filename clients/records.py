@@ -1,0 +1,64 @@
+"""What the clients hand back to users: ``RecordMetadata`` (producer) and ``ConsumerRecord`` (consumer).
+
+Field names follow kafka-python so code written against it reads the same
+values here. Both are frozen: a future's result or a polled record is a value,
+not a handle into client state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ConsumerRecord", "Headers", "RecordMetadata", "TopicPartition"]
+
+Headers = tuple[tuple[str, bytes | None], ...]
+"""Record headers as stored: ordered ``(key, value)`` pairs; keys may repeat, values may be None."""
+
+TopicPartition = tuple[str, int]
+"""``(topic, partition)``: the key used everywhere a partition is named (``("in", 0)`` in API.md)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where an acknowledged record landed (kafka-python's ``RecordMetadata``).
+
+    ``timestamp`` is the record's create time in ms (what the producer put in
+    the batch); ``log_append_time`` is the leader's append time in ms, -1 when
+    the broker did not report one. The ``serialized_*_size`` fields are -1 for
+    a null key/value, as in Kafka.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int = -1
+    log_append_time: int = -1
+    serialized_key_size: int = -1
+    serialized_value_size: int = -1
+    serialized_header_size: int = -1
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    """One record as a consumer returns it (kafka-python's ``ConsumerRecord``).
+
+    ``timestamp_type`` is Kafka's: 0 = CreateTime (the producer's timestamp),
+    1 = LogAppendTime.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    timestamp: int
+    timestamp_type: int = 0
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return (self.topic, self.partition)
