@@ -1,0 +1,176 @@
+"""Internal partitioned Raft groups: ``__transaction_state`` (and later ``__consumer_offsets``).
+
+Each kind is N Raft groups with a fixed placement computed from the static
+node list (nodes sorted by id, partition ``p`` on ``min(3, nodes)``
+consecutive nodes starting at ``p % nodes``), so every node derives the same
+placement without asking the controller. The owner of key K (a transactional
+id or a group id) is the leader of partition ``stable_partition(K, N)``.
+
+A leader that has not yet committed its term's barrier is *loading*: it
+answers ``COORDINATOR_LOAD_IN_PROGRESS``; a node that does not lead the
+partition answers ``NOT_COORDINATOR`` with the coordinator's URL when known.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from clients.partitioner import murmur2
+from clients.protocol import BrokerError, ErrorCode
+from raft import LeadershipEvent, RaftGroup, RaftNode
+from raft.state_machine import StateMachine
+
+from .config import NodeConfig
+from .peers import PeerView
+
+log = logging.getLogger(__name__)
+
+SM = TypeVar("SM", bound=StateMachine)
+INTERNAL_REPLICATION = 3
+
+
+def stable_partition(key: str, partitions: int) -> int:
+    """Kafka's ``Utils.toPositive(murmur2(key)) % n``: the same on every node and every run."""
+    return (murmur2(key.encode("utf-8")) & 0x7FFFFFFF) % partitions
+
+
+def internal_placement(node_ids: list[int], partition: int) -> tuple[int, ...]:
+    ids = sorted(node_ids)
+    rf = min(INTERNAL_REPLICATION, len(ids))
+    return tuple(ids[(partition + i) % len(ids)] for i in range(rf))
+
+
+@dataclass
+class InternalPartition(Generic[SM]):
+    partition: int
+    group_id: str
+    replicas: tuple[int, ...]
+    group: RaftGroup
+    sm: SM
+    leader_id: int | None = None
+    term: int = 0
+
+
+class InternalGroups(Generic[SM]):
+    """This node's replicas of one internal kind, and who coordinates each partition."""
+
+    def __init__(
+        self,
+        kind: str,
+        count: int,
+        config: NodeConfig,
+        raft: RaftNode,
+        peers: PeerView,
+        make_sm: Callable[[int], SM],
+        on_leader_change: Callable[[InternalPartition[SM]], None] | None = None,
+    ) -> None:
+        if count < 1:
+            raise ValueError(f"{kind}: partition count must be >= 1")
+        self.kind = kind
+        self.count = count
+        self._config = config
+        self._raft = raft
+        self._peers = peers
+        self._make_sm = make_sm
+        self._on_leader_change = on_leader_change
+        self.local: dict[int, InternalPartition[SM]] = {}
+        self._by_group: dict[str, InternalPartition[SM]] = {}
+
+    def group_id(self, partition: int) -> str:
+        return f"{self.kind}-{partition}"
+
+    def replicas_of(self, partition: int) -> tuple[int, ...]:
+        return internal_placement([n.id for n in self._config.nodes], partition)
+
+    def partition_for(self, key: str) -> int:
+        return stable_partition(key, self.count)
+
+    def start(self) -> None:
+        me = self._config.node_id
+        for p in range(self.count):
+            replicas = self.replicas_of(p)
+            if me not in replicas:
+                continue
+            members = []
+            for r in replicas:
+                node = self._config.node(r)
+                if node is None:
+                    raise RuntimeError(f"{self.kind}: replica node {r} is not configured")
+                members.append(node.raft_address)
+            gid = self.group_id(p)
+            sm = self._make_sm(p)
+            group = self._raft.add_group(gid, members, sm, on_event=self._on_event)
+            part = InternalPartition(p, gid, replicas, group, sm)
+            self.local[p] = part
+            self._by_group[gid] = part
+        log.info("%s: %d of %d partitions replicated here", self.kind, len(self.local), self.count)
+
+    def stop(self) -> None:
+        for gid in list(self._by_group):
+            self._by_group.pop(gid)
+            self._raft.remove_group(gid, delete_data=False)
+        self.local.clear()
+
+    def _on_event(self, event: LeadershipEvent) -> None:
+        part = self._by_group.get(event.group_id)
+        if part is None:
+            return
+        node = self._config.node_by_raft_address(event.leader) if event.leader else None
+        new_leader = node.id if node else None
+        changed = (new_leader, event.term, event.is_leader) != (part.leader_id, part.term, part.group.is_leader())
+        part.leader_id = new_leader
+        part.term = event.term
+        if changed and self._on_leader_change is not None:
+            self._on_leader_change(part)
+
+    def groups(self) -> list[RaftGroup]:
+        return [p.group for p in self.local.values()]
+
+    # ---- who coordinates ------------------------------------------------------------------
+
+    def leader_id(self, partition: int) -> int | None:
+        part = self.local.get(partition)
+        if part is not None:
+            if part.group.is_leader():
+                return self._config.node_id
+            addr = part.group.leader()
+            node = self._config.node_by_raft_address(addr) if addr else None
+            return node.id if node else part.leader_id
+        info = self._peers.remote_partition(self.group_id(partition)) or {}
+        leader = info.get("leader")
+        return int(leader) if leader is not None else None
+
+    def coordinator_url(self, partition: int) -> str | None:
+        leader = self.leader_id(partition)
+        node = self._config.node(leader) if leader is not None else None
+        return node.url if node else None
+
+    def leading(self, partition: int) -> InternalPartition[SM]:
+        """This node's partition if it is the ready leader; else the error a client should see."""
+        part = self.local.get(partition)
+        if part is not None and part.group.is_leader():
+            return part
+        if part is not None and part.group.leader() == self._raft.self_address:
+            raise BrokerError(
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"{self.group_id(partition)}: new leader is loading"
+            )
+        url = self.coordinator_url(partition)
+        if url is None:
+            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{self.group_id(partition)} has no leader")
+        raise BrokerError(
+            ErrorCode.NOT_COORDINATOR,
+            f"{self.group_id(partition)} is coordinated by another node",
+            coordinator_url=url,
+            leader_url=url,
+        )
+
+    def state_json(self) -> dict[str, dict[str, object]]:
+        """This node's view of its internal partitions, for /v1/internal/state (peers read it)."""
+        out: dict[str, dict[str, object]] = {}
+        for p, part in self.local.items():
+            leader = self._config.node_id if part.group.is_leader() else part.leader_id
+            out[part.group_id] = {"kind": self.kind, "partition": p, "leader": leader, "term": part.group.term()}
+        return out
