@@ -482,7 +482,7 @@ class Broker:
                 p.topic, p.partition, result.base_offset, result.log_append_time, duplicate=result.duplicate
             )
         except BrokerError as exc:
-            self.metrics.produce_errors.labels(exc.error_code.name).inc()
+            self.metrics.produce_failed(p.topic, exc.error_code.name)
             self.metrics.produce_duration.labels("error").observe(time.perf_counter() - started)
             return PartitionProduceResult(p.topic, p.partition, error=exc)
 

@@ -2,21 +2,46 @@
 
 Conventions (reference/http_metrics_ops.md §2): one ``txbroker_`` prefix, base
 units (seconds, bytes), ``_total`` counters, bounded labels only (topic,
-partition, route template, outcome, role) -- never producer ids, offsets or
-client addresses. ``_created`` series are disabled. Each node has its own
-registry (several nodes may share a process in tests).
+partition, group, route template, outcome, role, kind) -- never producer ids,
+transactional ids, offsets or client addresses. ``_created`` series are
+disabled. Each node has its own registry (several nodes may share a process in
+tests). docs/metrics.md documents every name; the dashboards and alert rules
+in ops/ are checked against ``exported_series_names()`` by the tests.
 
-Per-partition and Raft gauges are computed at scrape time by
-``NodeCollector`` from the node's live state, so they are never stale.
+Three kinds of metrics live here:
+
+- instrumented counters/histograms, incremented where the event happens
+  (broker, HTTP middleware; transactions and groups through the helper
+  methods of ``NodeMetrics``);
+- scrape-time gauges computed from the node's live state by ``NodeCollector``
+  (partitions, Raft, controller), so they are never stale;
+- scrape-time gauges of the transaction and group coordinators, emitted only
+  once a coordinator registered its source (``set_transaction_source``,
+  ``set_group_source``): a node without the feature exports nothing rather
+  than made-up zeros.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import enum
 import platform
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -28,6 +53,26 @@ PREFIX = "txbroker"
 _LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )  # fmt: skip
+_LOOP_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_TXN_DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
+LOOP_LAG_INTERVAL_S = 0.25
+
+
+class TxnOutcome(enum.StrEnum):
+    """How a transaction ended (label ``outcome`` of the transaction metrics)."""
+
+    COMMITTED = "committed"
+    ABORTED = "aborted"  # by the producer (EndTxn commit=false) or an admin abort
+    TIMED_OUT = "timed_out"  # aborted by the coordinator after transaction_timeout_ms
+    FENCED = "fenced"  # aborted because a newer producer epoch took over the transactional id
+
+
+class CoordinatorKind(enum.StrEnum):
+    TRANSACTION = "transaction"
+    GROUP = "group"
+
+
+# ---- samples the node and the coordinators hand to the collector -----------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,15 +103,208 @@ class NodeSample:
     partitions: list[PartitionSample]
 
 
+@dataclass(frozen=True, slots=True)
+class TransactionSample:
+    """State of the transaction coordinator on this node, read at scrape time."""
+
+    open: int  # transactions this node coordinates that are not complete (Ongoing or Prepare*)
+    oldest_open_start_ms: int | None  # start time (epoch ms) of the oldest of them
+    max_timeout_ms: int  # the largest transaction timeout a producer may ask for
+    coordinator_partitions: int  # transaction-state partitions this node coordinates now
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSample:
+    """One consumer group coordinated by this node."""
+
+    group: str
+    members: int
+    committed: Mapping[tuple[str, int], int]  # (topic, partition) -> committed offset
+    lag: Mapping[str, int]  # topic -> sum over committed partitions of (high watermark - committed)
+
+    @classmethod
+    def from_offsets(
+        cls,
+        group: str,
+        members: int,
+        committed: Mapping[tuple[str, int], int],
+        high_watermark: Callable[[str, int], int | None],
+    ) -> GroupSample:
+        """Lag per topic from committed offsets; partitions whose high watermark is unknown are skipped."""
+        lag: dict[str, int] = {}
+        for (topic, partition), offset in committed.items():
+            hw = high_watermark(topic, partition)
+            if hw is not None and hw >= 0:
+                lag[topic] = lag.get(topic, 0) + max(0, hw - offset)
+        return cls(group, members, dict(committed), lag)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCoordinatorSample:
+    coordinator_partitions: int  # group-state partitions this node coordinates now
+    groups: list[GroupSample] = field(default_factory=list)
+
+
+# ---- the scrape-time families -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    name: str
+    doc: str
+    labels: tuple[str, ...] = ()
+
+    def family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(f"{PREFIX}_{self.name}", self.doc, labels=list(self.labels))
+
+
+_TP = ("topic", "partition")
+NODE_GAUGES = {
+    s.name: s
+    for s in (
+        _Spec("controller_is_leader", "1 if this node is the controller leader"),
+        _Spec("cluster_nodes", "Nodes as seen from this node (peer polling)", ("state",)),
+        _Spec("partitions", "Local partition replicas by role", ("role",)),
+        _Spec("partitions_under_replicated", "Partitions led here with a follower disconnected or behind", ("topic",)),
+        _Spec("partitions_unavailable", "Local replicas whose partition has no known leader", ("topic",)),
+        _Spec("partition_high_watermark", "High watermark of the local replica", _TP),
+        _Spec("partition_last_stable_offset", "Last stable offset of the local replica", _TP),
+        _Spec("partition_log_start_offset", "Log start offset of the local replica", _TP),
+        _Spec("partition_unstable_records", "High watermark minus LSO (hidden from read_committed)", _TP),
+        _Spec("partition_log_size_bytes", "Stored batch bytes of the local replica", _TP),
+        _Spec("raft_is_leader", "1 if this node leads the partition's Raft group", _TP),
+        _Spec("raft_term", "Raft term of the group on this node (topic __controller: the controller)", _TP),
+        _Spec("raft_commit_index", "Raft commit index of the group on this node", _TP),
+        _Spec("raft_follower_lag_entries", "Max Raft entries a follower is behind (reported by the leader)", _TP),
+        _Spec("python_threads", "Live Python threads of the node process (Raft tickers, executors)"),
+    )
+}
+TXN_GAUGES = {
+    s.name: s
+    for s in (
+        _Spec("transactions_open", "Transactions coordinated here that are not complete"),
+        _Spec("transaction_oldest_open_age_seconds", "Age of the oldest incomplete transaction coordinated here"),
+        _Spec("transaction_max_timeout_seconds", "Largest transaction timeout a producer may request"),
+    )
+}
+GROUP_GAUGES = {
+    s.name: s
+    for s in (
+        _Spec("consumer_group_members", "Members of a consumer group coordinated here", ("group",)),
+        _Spec(
+            "consumer_group_committed_offset",
+            "Committed offset of a group (coordinated here) for a partition",
+            ("group", "topic", "partition"),
+        ),
+        _Spec(
+            "consumer_group_lag_records",
+            "Records between a group's committed offsets and the high watermarks, per topic",
+            ("group", "topic"),
+        ),
+    )
+}
+COORDINATOR_GAUGE = _Spec("coordinator_partitions", "Coordinator partitions this node currently leads", ("kind",))
+
+
+class NodeCollector(Collector):
+    """Scrape-time gauges: node/partition/Raft state and, when registered, the coordinators'."""
+
+    def __init__(self) -> None:
+        self.node: Callable[[], NodeSample] | None = None
+        self.transactions: Callable[[], TransactionSample] | None = None
+        self.groups: Callable[[], GroupCoordinatorSample] | None = None
+
+    def describe(self) -> Iterable[Metric]:
+        specs = [*NODE_GAUGES.values(), *TXN_GAUGES.values(), *GROUP_GAUGES.values(), COORDINATOR_GAUGE]
+        return [s.family() for s in specs]
+
+    def collect(self) -> Iterator[Metric]:
+        threads = NODE_GAUGES["python_threads"].family()
+        threads.add_metric([], threading.active_count())
+        yield threads
+        if self.node is not None:
+            yield from _node_families(self.node())
+        coord = COORDINATOR_GAUGE.family()
+        if self.transactions is not None:
+            t = self.transactions()
+            fams = {k: s.family() for k, s in TXN_GAUGES.items()}
+            fams["transactions_open"].add_metric([], t.open)
+            age = 0.0 if t.oldest_open_start_ms is None else max(0.0, time.time() - t.oldest_open_start_ms / 1000)
+            fams["transaction_oldest_open_age_seconds"].add_metric([], age)
+            fams["transaction_max_timeout_seconds"].add_metric([], t.max_timeout_ms / 1000)
+            coord.add_metric([CoordinatorKind.TRANSACTION.value], t.coordinator_partitions)
+            yield from fams.values()
+        if self.groups is not None:
+            g = self.groups()
+            fams = {k: s.family() for k, s in GROUP_GAUGES.items()}
+            for grp in sorted(g.groups, key=lambda x: x.group):
+                fams["consumer_group_members"].add_metric([grp.group], grp.members)
+                for (topic, partition), offset in sorted(grp.committed.items()):
+                    fams["consumer_group_committed_offset"].add_metric([grp.group, topic, str(partition)], offset)
+                for topic, lag in sorted(grp.lag.items()):
+                    fams["consumer_group_lag_records"].add_metric([grp.group, topic], lag)
+            coord.add_metric([CoordinatorKind.GROUP.value], g.coordinator_partitions)
+            yield from fams.values()
+        if self.transactions is not None or self.groups is not None:
+            yield coord
+
+
+def _node_families(s: NodeSample) -> Iterator[Metric]:
+    f = {k: spec.family() for k, spec in NODE_GAUGES.items() if k != "python_threads"}
+    f["controller_is_leader"].add_metric([], int(s.controller_is_leader))
+    f["cluster_nodes"].add_metric(["up"], s.nodes_up)
+    f["cluster_nodes"].add_metric(["down"], s.nodes_down)
+    leaders = sum(1 for p in s.partitions if p.is_leader)
+    f["partitions"].add_metric(["leader"], leaders)
+    f["partitions"].add_metric(["follower"], len(s.partitions) - leaders)
+    per_topic_under: dict[str, int] = {}
+    for p in s.partitions:
+        if p.is_leader:
+            per_topic_under[p.topic] = per_topic_under.get(p.topic, 0) + int(p.under_replicated)
+    for topic, n in sorted(per_topic_under.items()):
+        f["partitions_under_replicated"].add_metric([topic], n)
+    for topic in sorted({p.topic for p in s.partitions} | set(s.unavailable_partitions)):
+        f["partitions_unavailable"].add_metric([topic], s.unavailable_partitions.get(topic, 0))
+    for p in s.partitions:
+        lv = [p.topic, str(p.partition)]
+        f["partition_high_watermark"].add_metric(lv, p.high_watermark)
+        f["partition_last_stable_offset"].add_metric(lv, p.last_stable_offset)
+        f["partition_log_start_offset"].add_metric(lv, p.log_start_offset)
+        f["partition_unstable_records"].add_metric(lv, max(0, p.high_watermark - p.last_stable_offset))
+        f["partition_log_size_bytes"].add_metric(lv, p.size_bytes)
+        f["raft_is_leader"].add_metric(lv, int(p.is_leader))
+        f["raft_term"].add_metric(lv, p.term)
+        f["raft_commit_index"].add_metric(lv, p.commit_index)
+        if p.is_leader:
+            f["raft_follower_lag_entries"].add_metric(lv, p.follower_lag_entries)
+    ctl = ["__controller", "0"]
+    f["raft_is_leader"].add_metric(ctl, int(s.controller_is_leader))
+    f["raft_term"].add_metric(ctl, s.controller_term)
+    f["raft_commit_index"].add_metric(ctl, s.controller_commit_index)
+    yield from f.values()
+
+
+# ---- the node's metric objects ------------------------------------------------------------
+
+
 class NodeMetrics:
-    """The metric objects of one node, registered in ``self.registry``."""
+    """The metric objects of one node, registered in ``self.registry``.
+
+    Transactions and groups call the helper methods (``txn_started``,
+    ``txn_completed``, ...) so wiring them is one call per event.
+    """
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
         self.build_info = Gauge(
             f"{PREFIX}_build_info", "Build information (always 1)", ["version", "python_version"], registry=r
         )
         self.build_info.labels(VERSION, platform.python_version()).set(1)
+
+        # traffic
         self.records_produced = Counter(
             f"{PREFIX}_records_produced", "Records appended to partitions led by this node", ["topic"], registry=r
         )
@@ -81,21 +319,30 @@ class NodeMetrics:
         )
         self.produce_duration = Histogram(
             f"{PREFIX}_produce_duration_seconds",
-            "Produce request latency (acks=all: until committed and applied)",
+            "Produce latency per partition (acks=all: until committed and applied), by outcome",
             ["outcome"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
         self.fetch_duration = Histogram(
             f"{PREFIX}_fetch_duration_seconds",
-            "Fetch request latency, long-poll wait included",
+            "Fetch request latency, long-poll wait included, by outcome",
             ["outcome"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        for outcome in ("ok", "error"):
+            self.produce_duration.labels(outcome)
+            self.fetch_duration.labels(outcome)
+        self.produce_errors = Counter(
+            f"{PREFIX}_produce_errors",
+            "Partition produce results that were errors, by Kafka error name",
+            ["error_code"],
+            registry=r,
+        )
         self.http_requests = Counter(
             f"{PREFIX}_http_requests",
-            "HTTP requests by route template, method and status class",
+            "HTTP requests by route template, method and status class (2xx, 4xx, ...)",
             ["route", "method", "status"],
             registry=r,
         )
@@ -106,18 +353,25 @@ class NodeMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+
+        # idempotence
         self.duplicate_batches = Counter(
             f"{PREFIX}_duplicate_batches",
-            "Idempotent retries answered with the original offsets",
+            "Idempotent retries detected and answered with the original offsets",
             ["topic"],
             registry=r,
         )
-        self.produce_errors = Counter(
-            f"{PREFIX}_produce_errors",
-            "Partition produce results that were errors, by Kafka error name",
-            ["error_code"],
+        self.out_of_order_rejections = Counter(
+            f"{PREFIX}_out_of_order_rejections",
+            "Idempotent batches rejected with OUT_OF_ORDER_SEQUENCE_NUMBER",
+            ["topic"],
             registry=r,
         )
+        self.producer_ids_allocated = Counter(
+            f"{PREFIX}_producer_ids_allocated", "Producer ids handed out by this node", registry=r
+        )
+
+        # Raft
         self.raft_commit_duration = Histogram(
             f"{PREFIX}_raft_commit_duration_seconds",
             "Time from proposing a command to its local apply",
@@ -130,92 +384,154 @@ class NodeMetrics:
             ["topic"],
             registry=r,
         )
-        self.producer_ids_allocated = Counter(
-            f"{PREFIX}_producer_ids_allocated",
-            "Producer ids handed out by this node",
+
+        # transactions (wired by the transaction coordinator and the partition leaders)
+        self.txn_started_total = Counter(
+            f"{PREFIX}_transactions_started", "Transactions begun on a coordinator on this node", registry=r
+        )
+        self.txn_completed_total = Counter(
+            f"{PREFIX}_transactions_completed",
+            "Transactions completed by a coordinator on this node, by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        self.txn_duration = Histogram(
+            f"{PREFIX}_transaction_duration_seconds",
+            "Time from a transaction's first partition to its completion, by outcome",
+            ["outcome"],
+            buckets=_TXN_DURATION_BUCKETS,
+            registry=r,
+        )
+        for o in TxnOutcome:
+            self.txn_completed_total.labels(o.value)
+            self.txn_duration.labels(o.value)
+        self.txn_markers = Counter(
+            f"{PREFIX}_transaction_markers_written",
+            "COMMIT/ABORT control batches appended to partitions led by this node",
+            ["topic", "marker"],
+            registry=r,
+        )
+        self.coordinator_loads = Counter(
+            f"{PREFIX}_coordinator_loads",
+            "Coordinator partitions loaded by this node (a coordinator moved here)",
+            ["kind"],
+            registry=r,
+        )
+        self.coordinator_load_duration = Histogram(
+            f"{PREFIX}_coordinator_load_duration_seconds",
+            "Time to load a coordinator partition's state",
+            ["kind"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        for k in CoordinatorKind:
+            self.coordinator_loads.labels(k.value)
+            self.coordinator_load_duration.labels(k.value)
+
+        # groups
+        self.group_rebalances = Counter(
+            f"{PREFIX}_consumer_group_rebalances",
+            "Rebalances (new generations) of groups coordinated by this node",
+            ["group"],
             registry=r,
         )
 
+        # process
+        self.event_loop_lag = Histogram(
+            f"{PREFIX}_event_loop_lag_seconds",
+            f"How late a {LOOP_LAG_INTERVAL_S}s asyncio sleep wakes up (blocking work on the loop)",
+            buckets=_LOOP_LAG_BUCKETS,
+            registry=r,
+        )
+
+        self._collector = NodeCollector()
+        r.register(self._collector)
+        self._loop_task: asyncio.Task[None] | None = None
+
+    # ---- sources of scrape-time gauges ---------------------------------------------------
+
     def add_collector(self, sample: Callable[[], NodeSample]) -> None:
-        self.registry.register(NodeCollector(sample))
+        """Partition/Raft/controller gauges from the broker's live state."""
+        self._collector.node = sample
+
+    def set_transaction_source(self, sample: Callable[[], TransactionSample]) -> None:
+        """Open transactions, oldest age, loaded coordinator partitions (called at scrape time)."""
+        self._collector.transactions = sample
+
+    def set_group_source(self, sample: Callable[[], GroupCoordinatorSample]) -> None:
+        """Members, committed offsets and lag of the groups coordinated here (called at scrape time)."""
+        self._collector.groups = sample
+
+    # ---- event helpers -----------------------------------------------------------------------
+
+    def produce_failed(self, topic: str, error_code: str) -> None:
+        self.produce_errors.labels(error_code).inc()
+        if error_code == "OUT_OF_ORDER_SEQUENCE_NUMBER":
+            self.out_of_order_rejections.labels(topic).inc()
+
+    def txn_started(self) -> None:
+        self.txn_started_total.inc()
+
+    def txn_completed(self, outcome: TxnOutcome, duration_s: float) -> None:
+        outcome = TxnOutcome(outcome)
+        self.txn_completed_total.labels(outcome.value).inc()
+        self.txn_duration.labels(outcome.value).observe(max(0.0, duration_s))
+
+    def txn_marker_written(self, topic: str, commit: bool) -> None:
+        self.txn_markers.labels(topic, "commit" if commit else "abort").inc()
+
+    def coordinator_loaded(self, kind: CoordinatorKind, duration_s: float) -> None:
+        kind = CoordinatorKind(kind)
+        self.coordinator_loads.labels(kind.value).inc()
+        self.coordinator_load_duration.labels(kind.value).observe(max(0.0, duration_s))
+
+    def group_rebalanced(self, group: str) -> None:
+        self.group_rebalances.labels(group).inc()
+
+    # ---- event-loop lag ------------------------------------------------------------------------
+
+    def start_loop_monitor(self) -> None:
+        """Observe event-loop lag from now on (call on the node's running loop)."""
+        if self._loop_task is None:
+            self._loop_task = asyncio.get_running_loop().create_task(self._monitor_loop())
+
+    async def stop_loop_monitor(self) -> None:
+        task, self._loop_task = self._loop_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _monitor_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            t0 = loop.time()
+            await asyncio.sleep(LOOP_LAG_INTERVAL_S)
+            self.event_loop_lag.observe(max(0.0, loop.time() - t0 - LOOP_LAG_INTERVAL_S))
 
 
-class NodeCollector(Collector):
-    """Scrape-time gauges computed from the node's live state."""
+# ---- what the dashboards and rules may name -------------------------------------------------
 
-    def __init__(self, sample: Callable[[], NodeSample]) -> None:
-        self._sample = sample
+_SUFFIXES = {
+    "counter": ("_total",),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "summary": ("", "_sum", "_count"),
+    "info": ("_info",),
+}
 
-    def describe(self) -> Iterable[Metric]:
-        return []
 
-    def collect(self) -> Iterator[Metric]:
-        s = self._sample()
-        g = GaugeMetricFamily
-        yield g(
-            f"{PREFIX}_controller_is_leader",
-            "1 if this node is the controller leader",
-            value=int(s.controller_is_leader),
-        )
-        nodes = g(f"{PREFIX}_cluster_nodes", "Nodes as seen from this node", labels=["state"])
-        nodes.add_metric(["up"], s.nodes_up)
-        nodes.add_metric(["down"], s.nodes_down)
-        yield nodes
-        roles = g(f"{PREFIX}_partitions", "Local partition replicas by role", labels=["role"])
-        leaders = sum(1 for p in s.partitions if p.is_leader)
-        roles.add_metric(["leader"], leaders)
-        roles.add_metric(["follower"], len(s.partitions) - leaders)
-        yield roles
-        under = g(
-            f"{PREFIX}_partitions_under_replicated",
-            "Partitions led here with a follower disconnected or behind",
-            labels=["topic"],
-        )
-        unavailable = g(
-            f"{PREFIX}_partitions_unavailable",
-            "Local partitions with no known leader",
-            labels=["topic"],
-        )
-        per_topic_under: dict[str, int] = {}
-        for p in s.partitions:
-            if p.is_leader:
-                per_topic_under[p.topic] = per_topic_under.get(p.topic, 0) + int(p.under_replicated)
-        for topic, n in sorted(per_topic_under.items()):
-            under.add_metric([topic], n)
-        for topic, n in sorted(s.unavailable_partitions.items()):
-            unavailable.add_metric([topic], n)
-        yield under
-        yield unavailable
-        labels = ["topic", "partition"]
-        fams = {
-            "hw": g(f"{PREFIX}_partition_high_watermark", "High watermark of the local replica", labels=labels),
-            "lso": g(
-                f"{PREFIX}_partition_last_stable_offset", "Last stable offset of the local replica", labels=labels
-            ),
-            "start": g(f"{PREFIX}_partition_log_start_offset", "Log start offset of the local replica", labels=labels),
-            "size": g(f"{PREFIX}_partition_log_size_bytes", "Stored batch bytes of the local replica", labels=labels),
-            "leader": g(f"{PREFIX}_raft_is_leader", "1 if this node leads the partition's Raft group", labels=labels),
-            "term": g(f"{PREFIX}_raft_term", "Raft term of the partition's group on this node", labels=labels),
-            "commit": g(f"{PREFIX}_raft_commit_index", "Raft commit index on this node", labels=labels),
-            "lag": g(
-                f"{PREFIX}_raft_follower_lag_entries",
-                "Max Raft entries a follower is behind (leader only)",
-                labels=labels,
-            ),
-        }
-        for p in s.partitions:
-            lv = [p.topic, str(p.partition)]
-            fams["hw"].add_metric(lv, p.high_watermark)
-            fams["lso"].add_metric(lv, p.last_stable_offset)
-            fams["start"].add_metric(lv, p.log_start_offset)
-            fams["size"].add_metric(lv, p.size_bytes)
-            fams["leader"].add_metric(lv, int(p.is_leader))
-            fams["term"].add_metric(lv, p.term)
-            fams["commit"].add_metric(lv, p.commit_index)
-            if p.is_leader:
-                fams["lag"].add_metric(lv, p.follower_lag_entries)
-        ctl = ["__controller", "0"]
-        fams["leader"].add_metric(ctl, int(s.controller_is_leader))
-        fams["term"].add_metric(ctl, s.controller_term)
-        fams["commit"].add_metric(ctl, s.controller_commit_index)
-        yield from fams.values()
+def exported_series_names(metrics: NodeMetrics | None = None) -> set[str]:
+    """Every series name (``_total``, ``_bucket`` ... included) the registry can export.
+
+    Read from the registry itself (collected families plus the scrape-time
+    collector's descriptions), so the dashboard and alert checks follow the
+    code, not a copied list.
+    """
+    m = metrics or NodeMetrics()
+    names: set[str] = set()
+    families: list[Metric] = list(m.registry.collect()) + list(m._collector.describe())
+    for fam in families:
+        for suffix in _SUFFIXES.get(fam.type, ("",)):
+            names.add(fam.name + suffix)
+        names.update(s.name for s in fam.samples)
+    return names

@@ -66,6 +66,7 @@ class NodeServer:
         self.broker = Broker(self.config, self.metrics)
         await self.broker.start()
         self.metrics.add_collector(self.broker.metrics_sample)
+        self.metrics.start_loop_monitor()
         app = make_app(self.broker, self.metrics)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
         await self._runner.setup()
@@ -74,6 +75,7 @@ class NodeServer:
         log.info("node %d serving %s", self.config.node_id, self.config.url)
 
     async def stop(self) -> None:
+        await self.metrics.stop_loop_monitor()
         if self.broker is not None:
             await self.broker.drain()
         if self._runner is not None:
