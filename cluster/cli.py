@@ -18,6 +18,7 @@ from clients.admin import Admin
 from clients.protocol import BrokerError
 
 from .config import ConfigError, load_config, make_cluster_configs, write_configs
+from .prometheus_config import write_prometheus_files
 
 DEFAULT_BOOTSTRAP = "http://127.0.0.1:9091"
 
@@ -29,16 +30,6 @@ def _print(obj: Any) -> None:
 # ---- cluster ----------------------------------------------------------------------
 
 
-def prometheus_config(urls: list[str]) -> str:
-    targets = ", ".join(f'"{u.split("://", 1)[1]}"' for u in urls)
-    return (
-        "# Prometheus scrape config for a txbroker cluster (written by `txbroker cluster init`)\n"
-        "global:\n  scrape_interval: 5s\n  evaluation_interval: 5s\n"
-        "scrape_configs:\n  - job_name: txbroker\n    metrics_path: /metrics\n"
-        f"    static_configs:\n      - targets: [{targets}]\n"
-    )
-
-
 def cmd_cluster_init(args: argparse.Namespace) -> int:
     d = Path(args.dir)
     existing = sorted(d.glob("node-*.toml"))
@@ -47,7 +38,7 @@ def cmd_cluster_init(args: argparse.Namespace) -> int:
         return 1
     configs = make_cluster_configs(args.nodes, d, host=args.host, base_port=args.base_port)
     write_configs(configs, d)
-    (d / "prometheus.yml").write_text(prometheus_config([c.url for c in configs]))
+    write_prometheus_files(d, [c.url for c in configs])
     for c in configs:
         print(f"node {c.node_id}: {c.url}  (raft {c.host}:{c.raft_port}, config {d / f'node-{c.node_id}.toml'})")
     return 0
@@ -75,7 +66,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     if not paths:
         configs = make_cluster_configs(args.nodes, d, host=args.host, base_port=args.base_port)
         paths = write_configs(configs, d)
-        (d / "prometheus.yml").write_text(prometheus_config([c.url for c in configs]))
+        write_prometheus_files(d, [c.url for c in configs])
     configs = [load_config(p) for p in paths]
     procs: list[subprocess.Popen[bytes]] = []
     stopping = False
