@@ -1,0 +1,78 @@
+"""``AsyncAdmin``: the asyncio twin of ``clients.Admin`` (same methods, same requests and errors)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from .. import _admin_calls as calls
+from ..protocol import BrokerError
+from ._metadata import parse_bootstrap
+from ._session import HttpSession
+
+__all__ = ["AsyncAdmin"]
+
+T = TypeVar("T")
+
+
+class AsyncAdmin:
+    def __init__(self, bootstrap: str | Sequence[str], *, request_timeout_ms: int = 30000) -> None:
+        self._urls = parse_bootstrap(bootstrap)
+        self._session = HttpSession(request_timeout_ms=request_timeout_ms, max_connections=8)
+
+    async def _run(self, call: calls.AdminCall[T]) -> T:
+        last: BrokerError | None = None
+        for url in self._urls:
+            try:
+                return call.parse(await self._session.request_json(call.method, url + call.path, call.body))
+            except BrokerError as exc:
+                if not calls.should_try_next_node(exc):
+                    raise
+                last = exc
+        assert last is not None
+        raise last
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 3,
+        config: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        return await self._run(calls.create_topic(name, partitions, replication_factor, config))
+
+    async def delete_topic(self, name: str) -> None:
+        await self._run(calls.delete_topic(name))
+
+    async def list_topics(self) -> list[dict[str, Any]]:
+        return await self._run(calls.list_topics())
+
+    async def describe_topic(self, name: str) -> dict[str, Any]:
+        return await self._run(calls.describe_topic(name))
+
+    async def describe_cluster(self) -> dict[str, Any]:
+        return await self._run(calls.describe_cluster())
+
+    async def metadata(self, topics: Sequence[str] | None = None) -> dict[str, Any]:
+        return await self._run(calls.metadata(topics))
+
+    async def wait_for_leaders(self, name: str, timeout_s: float = 30.0) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            desc = await self.describe_topic(name)
+            if calls.leaders_elected(desc):
+                return desc
+            if loop.time() >= deadline:
+                raise calls.leaders_timeout_error(name, timeout_s)
+            await asyncio.sleep(0.05)
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    async def __aenter__(self) -> AsyncAdmin:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
