@@ -11,8 +11,11 @@ Layouts (big-endian)::
     RETENTION       0x02 | now_ms i64 | retention_ms i64 | retention_bytes i64
                          | producer_expiration_ms i64
     DELETE_RECORDS  0x03 | before_offset i64   (-1 = the high watermark)
+    TXN_MARKER      0x04 | producer_id i64 | producer_epoch i16 | coordinator_epoch i32
+                         | control_type u8 (COMMIT 0, ABORT 1) | timestamp_ms i64
 
-Type bytes 0x04.. are reserved for the transactions work (markers).
+TXN_MARKER is Kafka's WriteTxnMarkers for one partition: it closes the
+producer's open transaction here with a COMMIT/ABORT control batch.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import enum
 import struct
 from dataclasses import dataclass
 
-from clients.protocol import BrokerError, ErrorCode
+from clients.protocol import BrokerError, ControlType, ErrorCode
 
 __all__ = [
     "AppendCommand",
@@ -31,10 +34,13 @@ __all__ = [
     "NoopCommand",
     "RetentionCommand",
     "RetentionResult",
+    "TxnMarkerCommand",
+    "TxnMarkerResult",
     "decode_command",
     "encode_append",
     "encode_delete_records",
     "encode_retention",
+    "encode_txn_marker",
 ]
 
 
@@ -45,10 +51,14 @@ class CommandType(enum.IntEnum):
     APPEND = 0x01
     RETENTION = 0x02
     DELETE_RECORDS = 0x03
+    TXN_MARKER = 0x04
 
 
 _I64 = struct.Struct(">q")
 _RETENTION = struct.Struct(">qqqq")
+_TXN_MARKER = struct.Struct(">qhiBq")
+_MAX_EPOCH = 2**15 - 1
+_MAX_COORDINATOR_EPOCH = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +83,22 @@ class RetentionResult:
     deleted_batches: int
     deleted_bytes: int
     expired_producers: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerResult:
+    """Outcome of an applied TXN_MARKER.
+
+    ``offset`` is where the control batch landed, or None when the producer
+    had no open transaction on this partition (a retried or redundant marker:
+    nothing was appended, the epochs were still recorded).
+    ``txn_first_offset`` is the first offset of the transaction it closed.
+    """
+
+    control_type: ControlType
+    offset: int | None
+    txn_first_offset: int | None
+    log_append_time: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +131,18 @@ class DeleteRecordsCommand:
     before_offset: int
 
 
-Command = NoopCommand | AppendCommand | RetentionCommand | DeleteRecordsCommand
+@dataclass(frozen=True, slots=True)
+class TxnMarkerCommand:
+    """Kafka's WriteTxnMarkers entry for this partition (kafka_txn.md §4.3, §7.1)."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    control_type: ControlType
+    timestamp_ms: int
+
+
+Command = NoopCommand | AppendCommand | RetentionCommand | DeleteRecordsCommand | TxnMarkerCommand
 
 
 def encode_append(batch: bytes, timestamp_ms: int) -> bytes:
@@ -123,6 +160,51 @@ def encode_retention(now_ms: int, retention_ms: int, retention_bytes: int, produ
 def encode_delete_records(before_offset: int) -> bytes:
     """DELETE_RECORDS: make ``before_offset`` the log start offset (-1 = the high watermark)."""
     return bytes((CommandType.DELETE_RECORDS,)) + _I64.pack(before_offset)
+
+
+def encode_txn_marker(
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    control_type: ControlType,
+    timestamp_ms: int,
+) -> bytes:
+    """TXN_MARKER: end ``producer_id``'s transaction here; ``timestamp_ms`` is the leader's clock.
+
+    Raises ``ValueError`` for fields no partition could accept (the caller's bug).
+    """
+    cmd = TxnMarkerCommand(producer_id, producer_epoch, coordinator_epoch, ControlType(control_type), timestamp_ms)
+    problem = _marker_problem(cmd)
+    if problem is not None:
+        raise ValueError(problem)
+    return bytes((CommandType.TXN_MARKER,)) + _TXN_MARKER.pack(
+        producer_id, producer_epoch, coordinator_epoch, int(control_type), timestamp_ms
+    )
+
+
+def _marker_problem(cmd: TxnMarkerCommand) -> str | None:
+    if cmd.producer_id < 0:
+        return f"bad producer id {cmd.producer_id}"
+    if not 0 <= cmd.producer_epoch <= _MAX_EPOCH:
+        return f"bad producer epoch {cmd.producer_epoch}"
+    if not 0 <= cmd.coordinator_epoch <= _MAX_COORDINATOR_EPOCH:
+        return f"bad coordinator epoch {cmd.coordinator_epoch}"
+    return None
+
+
+def _decode_txn_marker(mv: memoryview) -> TxnMarkerCommand:
+    if len(mv) != 1 + _TXN_MARKER.size:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "bad TXN_MARKER command length")
+    pid, epoch, coordinator_epoch, ctype, ts = _TXN_MARKER.unpack_from(mv, 1)
+    try:
+        control_type = ControlType(ctype)
+    except ValueError as exc:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"unknown control type {ctype}") from exc
+    cmd = TxnMarkerCommand(pid, epoch, coordinator_epoch, control_type, ts)
+    problem = _marker_problem(cmd)
+    if problem is not None:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"TXN_MARKER: {problem}")
+    return cmd
 
 
 def decode_command(command: bytes) -> Command:
@@ -145,6 +227,8 @@ def decode_command(command: bytes) -> Command:
             if len(mv) != 1 + _I64.size:
                 raise BrokerError(ErrorCode.INVALID_REQUEST, "bad DELETE_RECORDS command length")
             return DeleteRecordsCommand(_I64.unpack_from(mv, 1)[0])
+        if kind == CommandType.TXN_MARKER:
+            return _decode_txn_marker(mv)
     except struct.error as exc:
         raise BrokerError(ErrorCode.INVALID_REQUEST, f"truncated command of type {kind}") from exc
     raise BrokerError(ErrorCode.INVALID_REQUEST, f"unknown command type {kind:#04x}")

@@ -3,11 +3,14 @@
 Keys, under the partition's prefix ``P``::
 
     P + b"m"                      -> LogMeta
+    P + b"a" + last_offset u64    -> AbortedTxn (txn_index.encode_aborted_txn)
     P + b"b" + base_offset u64    -> stored batch
     P + b"s" + producer_id u64    -> ProducerStateEntry (producer_state.encode_entry)
     P + b"r"                      -> present only while read_snapshot runs
 
-Big-endian u64 keys sort by offset, so a fetch is a range scan.
+Big-endian u64 keys sort by offset, so a fetch is a range scan. The aborted
+index sorts just below the batches, so one iterator bounded by a batch key
+covers both (``PartitionLog.fetch`` relies on it).
 
 A *stored batch* is a 21-byte header then the producer's batch bytes exactly as
 received (they carry their own CRC-32C over everything after their crc field)::
@@ -29,6 +32,7 @@ from clients.protocol import BrokerError, StoredBatch, parse_batch
 from storage.errors import StorageCorruptionError
 
 __all__ = [
+    "ABORTED_TAG",
     "BATCH_TAG",
     "META_TAG",
     "PRODUCER_TAG",
@@ -43,6 +47,7 @@ __all__ = [
 ]
 
 META_TAG = b"m"
+ABORTED_TAG = b"a"
 BATCH_TAG = b"b"
 PRODUCER_TAG = b"s"
 RESTORE_TAG = b"r"
@@ -60,20 +65,28 @@ def offset_key_suffix(tag: bytes, number: int) -> bytes:
 # Meta
 # --------------------------------------------------------------------------
 
-META_VERSION = 1
-_META = struct.Struct(">Bqqqqqq")
+META_VERSION = 2
+_META_V1 = struct.Struct(">Bqqqqqq")
+_META = struct.Struct(">Bqqqqqqq")
 
 
 @dataclass(frozen=True, slots=True)
 class LogMeta:
     """The partition's summary, written in the same WriteBatch as every change.
 
+    Readers on other threads take this one immutable object, so the offsets
+    they see always agree with each other.
+
     * ``log_start_offset``: first offset a fetch may ask for.
     * ``next_offset``: next offset to assign == the high watermark (everything
       applied is committed, DESIGN.md rule 2).
     * ``last_applied``: Raft index of the last applied entry (rule 3).
-    * ``size_bytes`` / ``batch_count``: producer batch bytes / batches stored.
+    * ``size_bytes`` / ``batch_count``: producer batch bytes / batches stored
+      (control batches included).
     * ``expired_producers``: producer entries ever expired here.
+    * ``first_unstable_offset``: the smallest first offset of an open
+      transaction, None when none is open (kafka_txn.md §7.2; a marker applied
+      here is committed at once, so no completed transaction stays unstable).
     """
 
     log_start_offset: int = 0
@@ -82,11 +95,19 @@ class LogMeta:
     size_bytes: int = 0
     batch_count: int = 0
     expired_producers: int = 0
+    first_unstable_offset: int | None = None
 
     @property
     def state_may_be_lost(self) -> bool:
         """Some producer's state may be gone: records were deleted or entries expired."""
         return self.log_start_offset > 0 or self.expired_producers > 0
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: the first unstable offset (never below the log start), else the HW."""
+        if self.first_unstable_offset is None:
+            return self.next_offset
+        return min(max(self.first_unstable_offset, self.log_start_offset), self.next_offset)
 
 
 def encode_meta(meta: LogMeta) -> bytes:
@@ -98,21 +119,31 @@ def encode_meta(meta: LogMeta) -> bytes:
         meta.size_bytes,
         meta.batch_count,
         meta.expired_producers,
+        -1 if meta.first_unstable_offset is None else meta.first_unstable_offset,
     )
     return body + _CRC.pack(crc32c.crc32c(body))
 
 
-def decode_meta(data: bytes, *, where: str) -> LogMeta:
-    """Inverse of ``encode_meta``; raises ``StorageCorruptionError`` naming ``where``."""
-    if len(data) != _META.size + _CRC.size:
+def decode_meta(data: bytes, *, where: str) -> tuple[LogMeta, bool]:
+    """Inverse of ``encode_meta``; raises ``StorageCorruptionError`` naming ``where``.
+
+    Also reads version 1, which predates transactions; the second value says
+    whether ``first_unstable_offset`` was recorded (False for version 1: the
+    caller derives it from the producer entries).
+    """
+    layout = {_META_V1.size + _CRC.size: _META_V1, _META.size + _CRC.size: _META}.get(len(data))
+    if layout is None:
         raise StorageCorruptionError(f"{where}: meta has {len(data)} bytes, expected {_META.size + _CRC.size}")
-    (crc,) = _CRC.unpack_from(data, _META.size)
-    if crc32c.crc32c(data[: _META.size]) != crc:
+    (crc,) = _CRC.unpack_from(data, layout.size)
+    if crc32c.crc32c(data[: layout.size]) != crc:
         raise StorageCorruptionError(f"{where}: meta CRC mismatch")
-    version, *fields = _META.unpack_from(data, 0)
-    if version != META_VERSION:
-        raise StorageCorruptionError(f"{where}: unknown meta version {version}")
+    version, *fields = layout.unpack_from(data, 0)
+    if (version, layout) not in ((1, _META_V1), (META_VERSION, _META)):
+        raise StorageCorruptionError(f"{where}: unknown meta version {version} ({len(data)} bytes)")
+    if layout is _META:
+        fields[-1] = None if fields[-1] == -1 else fields[-1]
     meta = LogMeta(*fields)
+    fu = meta.first_unstable_offset
     if not (
         0 <= meta.log_start_offset <= meta.next_offset
         and meta.last_applied >= 0
@@ -120,9 +151,10 @@ def decode_meta(data: bytes, *, where: str) -> LogMeta:
         and meta.batch_count >= 0
         and (meta.size_bytes == 0) == (meta.batch_count == 0)
         and meta.expired_producers >= 0
+        and (fu is None or 0 <= fu < meta.next_offset)
     ):
         raise StorageCorruptionError(f"{where}: inconsistent meta {meta}")
-    return meta
+    return meta, layout is _META
 
 
 # --------------------------------------------------------------------------

@@ -8,31 +8,52 @@ Terms (Kafka's):
 * **log start offset**: the first offset a fetch may ask for; retention and
   DeleteRecords advance it. It may lie inside a batch (DeleteRecords); such a
   batch is kept and a fetch returns it whole, as Kafka does.
+* **open transaction**: transactional batches of one producer id written
+  since its last COMMIT/ABORT marker (``storage.producer_state``).
 * **last stable offset (LSO)**: the first offset of the earliest open
-  transaction, else the HW. No transaction is tracked yet, so it equals the HW.
+  transaction (never below the log start), else the HW (kafka_txn.md §7.2).
+  read_committed fetches stop there.
+* **aborted-transaction index**: one ``AbortedTxn`` per ABORT marker that
+  closed a transaction here (``storage.txn_index``); a read_committed fetch
+  returns the entries overlapping what it read, for the client-side filter
+  (``clients.txn_filter``).
 
 Thread-safety: ``apply``, ``write_snapshot``, ``read_snapshot`` and
 ``destroy`` run on the partition's Raft thread only, never concurrently with
-each other. ``read``, ``check_append``, ``producer_entry``,
-``oldest_batch_max_timestamp`` and the properties may run concurrently on any
-other thread. That is safe because (a) the in-memory summary is one immutable
-``LogMeta`` object whose reference is replaced only *after* its WriteBatch is
-written, so a reader never sees an offset whose batch is not yet in RocksDB, and
-(b) a read iterates a RocksDB iterator, which pins a point-in-time view, and
-reports ``OFFSET_OUT_OF_RANGE`` when retention removed the wanted batch between
-its look at the log start offset and the creation of its iterator. There are no
-locks. A reader racing ``read_snapshot``/``destroy`` may get an error (never
-wrong data).
+each other. ``read``, ``fetch``, ``aborted_transactions``, ``check_append``,
+``producer_entry``, ``ongoing_transactions``, ``oldest_batch_max_timestamp``
+and the properties may run concurrently on any other thread. That is safe
+because (a) the in-memory summary (offsets, LSO) is one immutable ``LogMeta``
+object whose reference is replaced only *after* its WriteBatch is written, so a
+reader never sees an offset whose batch, marker or index entry is not yet in
+RocksDB, and (b) a read iterates a RocksDB iterator, which pins a
+point-in-time view, and reports ``OFFSET_OUT_OF_RANGE`` when retention removed
+the wanted batch between its look at the log start offset and the creation of
+its iterator. ``fetch`` reads batches and aborted-index entries through the
+*same* iterator, so retention cannot remove an entry of a batch it returns.
+There are no locks. A reader racing ``read_snapshot``/``destroy`` may get an
+error (never wrong data).
 """
 
 from __future__ import annotations
 
 import logging
 import struct
-from dataclasses import replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import BinaryIO
 
-from clients.protocol import BatchHeader, BrokerError, ErrorCode, StoredBatch, parse_batch
+from rocksdict import WriteBatch
+
+from clients.protocol import (
+    BatchHeader,
+    BrokerError,
+    ControlType,
+    ErrorCode,
+    StoredBatch,
+    encode_control_batch,
+    parse_batch,
+)
 from storage.commands import (
     AppendCommand,
     AppendResult,
@@ -40,10 +61,13 @@ from storage.commands import (
     NoopCommand,
     RetentionCommand,
     RetentionResult,
+    TxnMarkerCommand,
+    TxnMarkerResult,
     decode_command,
 )
 from storage.errors import StorageCorruptionError
 from storage.log_format import (
+    ABORTED_TAG,
     BATCH_TAG,
     META_TAG,
     PRODUCER_TAG,
@@ -62,9 +86,16 @@ from storage.producer_state import (
     decode_entry,
     encode_entry,
 )
-from storage.store import NodeStore
+from storage.store import NodeStore, StoreView
+from storage.txn_index import (
+    AbortedTxn,
+    collect_aborted,
+    decode_aborted_txn,
+    encode_aborted_txn,
+    next_aborted_txn,
+)
 
-__all__ = ["PartitionLog", "StorageCorruptionError"]
+__all__ = ["LogReadInfo", "PartitionLog", "StorageCorruptionError"]
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +107,25 @@ _END_OF_PAIRS = 0xFFFFFFFF
 _RESTORE_BATCH_BYTES = 4 * 1024 * 1024
 _U64 = struct.Struct(">Q")
 
-ApplyResult = AppendResult | RetentionResult | BrokerError | None
+ApplyResult = AppendResult | RetentionResult | TxnMarkerResult | BrokerError | None
+
+
+@dataclass(frozen=True, slots=True)
+class LogReadInfo:
+    """What ``PartitionLog.fetch`` read, with the offsets of the same moment (FetchResponse v4 shape).
+
+    ``upper_bound`` is the bound the read stopped at (the LSO for
+    read_committed, else the HW). ``aborted_transactions`` holds
+    ``(producer_id, first_offset)`` of every aborted transaction overlapping
+    the returned batches; only read_committed fetches fill it.
+    """
+
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    upper_bound: int
+    batches: list[StoredBatch]
+    aborted_transactions: list[tuple[int, int]]
 
 
 class PartitionLog:
@@ -97,14 +146,16 @@ class PartitionLog:
         self._restore_key = prefix + RESTORE_TAG
         self._batch_prefix = prefix + BATCH_TAG
         self._producer_prefix = prefix + PRODUCER_TAG
+        self._aborted_prefix = prefix + ABORTED_TAG
         self._meta = LogMeta()
         self._producers = ProducerStateManager()
+        self._last_aborted_offset: int | None = None
         self._load()
 
     # -- loading ----------------------------------------------------------------
 
     def _load(self) -> None:
-        """Read meta and producer state; check the ends of the log agree with meta."""
+        """Read meta and producer state; check the ends of the log and the index agree with meta."""
         db = self._store.db
         if db.get(self._restore_key) is not None:
             raise StorageCorruptionError(
@@ -112,22 +163,46 @@ class PartitionLog:
                 "and let Raft install a snapshot again"
             )
         raw = db.get(self._meta_key)
+        recorded = True
         if raw is None:
             for key, _value in self._store.iter_prefix(self._prefix):
                 raise StorageCorruptionError(f"{self.name}: key {key!r} exists but meta is missing")
             meta = LogMeta()
         else:
-            meta = decode_meta(raw, where=f"{self.name} meta")
+            meta, recorded = decode_meta(raw, where=f"{self.name} meta")
         entries = []
         for key, value in self._store.iter_prefix(self._producer_prefix):
             where = f"{self.name} producer entry {key!r}"
             entry = decode_entry(value, where=where)
             if key != self._producer_key(entry.producer_id):
                 raise StorageCorruptionError(f"{where}: holds producer {entry.producer_id}")
+            first = entry.current_txn_first_offset
+            if first is not None and first >= meta.next_offset:
+                raise StorageCorruptionError(f"{where}: open txn at {first} is beyond the HW {meta.next_offset}")
             entries.append(entry)
         self._check_ends(meta)
-        self._producers = ProducerStateManager(entries)
-        self._meta = meta
+        producers = ProducerStateManager(entries)
+        first_unstable = producers.first_unstable_offset()
+        if recorded and first_unstable != meta.first_unstable_offset:
+            raise StorageCorruptionError(
+                f"{self.name}: meta says the first unstable offset is {meta.first_unstable_offset}, "
+                f"producer entries say {first_unstable}"
+            )
+        last_aborted = self._last_aborted_entry(meta)
+        self._producers = producers
+        self._last_aborted_offset = None if last_aborted is None else last_aborted.last_offset
+        self._meta = replace(meta, first_unstable_offset=first_unstable)
+
+    def _last_aborted_entry(self, meta: LogMeta) -> AbortedTxn | None:
+        for entry in self._iter_aborted(
+            self._store.iter_range(self._aborted_prefix, self._batch_prefix, backwards=True)
+        ):
+            if entry.last_offset >= meta.next_offset:
+                raise StorageCorruptionError(
+                    f"{self.name}: aborted txn index ends at {entry.last_offset}, beyond the HW {meta.next_offset}"
+                )
+            return entry
+        return None
 
     def _check_ends(self, meta: LogMeta) -> None:
         first = self._edge_batch(backwards=False)
@@ -165,9 +240,17 @@ class PartitionLog:
     def _producer_key(self, producer_id: int) -> bytes:
         return self._prefix + offset_key_suffix(PRODUCER_TAG, producer_id)
 
+    def _aborted_key(self, last_offset: int) -> bytes:
+        return self._prefix + offset_key_suffix(ABORTED_TAG, last_offset)
+
     def _decode_batch(self, key: bytes, value: bytes) -> StoredBatch:
         (base,) = _U64.unpack_from(key, len(self._batch_prefix))
         return decode_stored_batch(value, base_offset=base, where=f"{self.name} batch {base}")
+
+    def _iter_aborted(self, pairs: Iterator[tuple[bytes, bytes]]) -> Iterator[AbortedTxn]:
+        for key, value in pairs:
+            (last,) = _U64.unpack_from(key, len(self._aborted_prefix))
+            yield decode_aborted_txn(value, last_offset=last, where=f"{self.name} aborted txn {last}")
 
     # -- published state (any thread) ----------------------------------------------
 
@@ -185,8 +268,7 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        # Hook for transactions: min(first offset of the earliest open txn, HW).
-        return self._meta.next_offset
+        return self._meta.last_stable_offset
 
     @property
     def size_bytes(self) -> int:
@@ -202,6 +284,14 @@ class PartitionLog:
     def producer_entries(self) -> list[ProducerStateEntry]:
         """Every producer entry by pid (DescribeProducers). Raft thread or a quiet log only."""
         return self._producers.entries()
+
+    def ongoing_transactions(self) -> list[tuple[int, int]]:
+        """``(producer_id, first_offset)`` of each open transaction here, oldest first. Any thread.
+
+        ``producer_entry(pid)`` has the epoch and ``current_txn_start_time``
+        (hanging-transaction detection, KIP-664).
+        """
+        return self._producers.ongoing()
 
     # -- validation (shared by the leader's pre-check and apply) ---------------------
 
@@ -262,6 +352,8 @@ class PartitionLog:
                 return self._apply_retention(index, cmd)
             if isinstance(cmd, DeleteRecordsCommand):
                 return self._apply_delete_records(index, cmd)
+            if isinstance(cmd, TxnMarkerCommand):
+                return self._apply_txn_marker(index, cmd)
             assert isinstance(cmd, NoopCommand)
             self._record_index(index)
             return None
@@ -302,12 +394,16 @@ class PartitionLog:
                 return self._reject(index, err)
             entry = info.append(header, base, cmd.log_append_time)
         last = base + header.record_count - 1
+        first_unstable = meta.first_unstable_offset
+        if first_unstable is None and entry is not None:
+            first_unstable = entry.current_txn_first_offset  # this batch opened the only open txn
         new_meta = replace(
             meta,
             next_offset=last + 1,
             last_applied=index,
             size_bytes=meta.size_bytes + len(cmd.batch),
             batch_count=meta.batch_count + 1,
+            first_unstable_offset=first_unstable,
         )
         wb = self._store.new_batch()
         wb.put(
@@ -323,6 +419,57 @@ class PartitionLog:
             self._producers.update(entry)
         self._meta = new_meta
         return AppendResult(base, last, cmd.log_append_time, False)
+
+    def _apply_txn_marker(self, index: int, cmd: TxnMarkerCommand) -> ApplyResult:
+        """WriteTxnMarkers for this partition (kafka_txn.md §4.3, §7.1-7.3; rules in storage.producer_state)."""
+        meta = self._meta
+        pid = cmd.producer_id
+        info = self._producers.prepare_append(pid, state_may_be_lost=meta.state_may_be_lost)
+        err = info.validate_marker(cmd.producer_epoch, cmd.coordinator_epoch)
+        if err is not None:
+            return self._reject(index, err)
+        outcome = info.end_txn(cmd.producer_epoch, cmd.coordinator_epoch, cmd.timestamp_ms)
+        first = outcome.closed_txn_first_offset
+        wb = self._store.new_batch()
+        new_meta = replace(meta, last_applied=index)
+        offset: int | None = None
+        aborted: AbortedTxn | None = None
+        if first is not None:
+            # Only a marker that closes a transaction takes an offset: a retried
+            # marker must leave the log as it is.
+            offset = meta.next_offset
+            batch = encode_control_batch(
+                cmd.control_type,
+                producer_id=pid,
+                producer_epoch=cmd.producer_epoch,
+                coordinator_epoch=cmd.coordinator_epoch,
+                timestamp=cmd.timestamp_ms,
+            )
+            new_meta = replace(
+                new_meta,
+                next_offset=offset + 1,
+                size_bytes=meta.size_bytes + len(batch),
+                batch_count=meta.batch_count + 1,
+                first_unstable_offset=self._producers.first_unstable_offset(without=pid),
+            )
+            wb.put(self._batch_key(offset), encode_stored_batch_header(offset, cmd.timestamp_ms) + batch)
+            if cmd.control_type is ControlType.ABORT:
+                aborted = next_aborted_txn(
+                    self._last_aborted_offset, AbortedTxn(pid, first, offset, new_meta.last_stable_offset)
+                )
+                wb.put(self._aborted_key(offset), encode_aborted_txn(aborted))
+        wb.put(self._producer_key(pid), encode_entry(outcome.entry))
+        wb.put(self._meta_key, encode_meta(new_meta))
+        self._store.write(wb)
+        self._producers.update(outcome.entry)
+        if aborted is not None:
+            self._last_aborted_offset = aborted.last_offset
+        self._meta = new_meta
+        return TxnMarkerResult(cmd.control_type, offset, first, cmd.timestamp_ms)
+
+    def _delete_aborted_below(self, wb: WriteBatch, log_start_offset: int) -> None:
+        """Drop index entries of transactions wholly below the log start (their batches are gone)."""
+        wb.delete_range(self._aborted_key(0), self._aborted_key(log_start_offset))
 
     def _apply_retention(self, index: int, cmd: RetentionCommand) -> RetentionResult:
         meta = self._meta
@@ -342,6 +489,9 @@ class PartitionLog:
             deleted_bytes += len(batch.data)
             count -= 1
             start = max(start, batch.last_offset + 1)
+        if start > meta.log_start_offset:
+            self._delete_aborted_below(wb, start)
+        # Entries with an open transaction never expire: that would unpin the LSO.
         expired = self._producers.expired(cmd.now_ms, cmd.producer_expiration_ms)
         for pid in expired:
             wb.delete(self._producer_key(pid))
@@ -385,6 +535,7 @@ class PartitionLog:
             size -= len(batch.data)
             deleted_bytes += len(batch.data)
             count -= 1
+        self._delete_aborted_below(wb, target)
         new_meta = replace(meta, log_start_offset=target, last_applied=index, size_bytes=size, batch_count=count)
         wb.put(self._meta_key, encode_meta(new_meta))
         self._store.write(wb)
@@ -403,12 +554,56 @@ class PartitionLog:
         start or above the HW, ``BrokerError(CORRUPT_MESSAGE)`` for bad bytes.
         """
         meta = self._meta
-        if offset < meta.log_start_offset or offset > meta.next_offset:
-            raise self._out_of_range(offset, meta)
+        self._check_fetch_offset(offset, meta)
         end = meta.next_offset if upper_bound is None else min(upper_bound, meta.next_offset)
         if offset >= end:
             return []
-        batches = self._store.iter_range(self._batch_prefix, self._batch_key(end), floor=self._batch_key(offset))
+        return self._read_batches(self._store.view(self._batch_key(end)), offset, max_bytes, end)
+
+    def fetch(self, offset: int, max_bytes: int, *, read_committed: bool = False) -> LogReadInfo:
+        """A consumer fetch: ``read`` bounded by the HW, or by the LSO for read_committed.
+
+        read_committed also answers the aborted transactions overlapping the
+        returned batches (``aborted_transactions``), read through the same
+        point-in-time view as the batches. An offset at or past the LSO (but
+        within the log) gives no batches, as in Kafka. Errors as ``read``.
+        """
+        meta = self._meta
+        self._check_fetch_offset(offset, meta)
+        lso = meta.last_stable_offset
+        end = lso if read_committed else meta.next_offset
+        batches: list[StoredBatch] = []
+        aborted: list[tuple[int, int]] = []
+        if offset < end:
+            view = self._store.view(self._batch_key(end))
+            batches = self._read_batches(view, offset, max_bytes, end)
+            if read_committed:
+                found = self._collect_aborted(view, offset, batches[-1].last_offset + 1)
+                aborted = [(e.producer_id, e.first_offset) for e in found]
+        return LogReadInfo(meta.next_offset, lso, meta.log_start_offset, end, batches, aborted)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Index entries with ``last_offset >= fetch_offset`` and ``first_offset < upper_bound_offset``.
+
+        Kafka's ``collectAbortedTxns``, in ``last_offset`` order. Raises
+        ``BrokerError(CORRUPT_MESSAGE)`` for an entry that fails its checks.
+        """
+        return self._collect_aborted(self._store.view(self._batch_prefix), fetch_offset, upper_bound_offset)
+
+    def _collect_aborted(self, view: StoreView, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        pairs = view.range(self._aborted_key(max(fetch_offset, 0)), self._batch_prefix)
+        try:
+            return collect_aborted(self._iter_aborted(pairs), fetch_offset, upper_bound_offset)
+        except StorageCorruptionError as exc:
+            raise BrokerError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc
+
+    def _check_fetch_offset(self, offset: int, meta: LogMeta) -> None:
+        if offset < meta.log_start_offset or offset > meta.next_offset:
+            raise self._out_of_range(offset, meta)
+
+    def _read_batches(self, view: StoreView, offset: int, max_bytes: int, end: int) -> list[StoredBatch]:
+        """Batches overlapping ``[offset, end)`` (``offset < end``) as ``read`` describes."""
+        batches = view.range(self._batch_prefix, self._batch_key(end), floor=self._batch_key(offset))
         out: list[StoredBatch] = []
         total = 0
         for key, value in batches:
@@ -480,6 +675,7 @@ class PartitionLog:
             raise StorageCorruptionError(f"{self.name}: not a partition snapshot (v{version})")
         self._meta = LogMeta(last_applied=self._meta.last_applied)
         self._producers.clear()
+        self._last_aborted_offset = None
         wb = self._store.new_batch()
         wb.delete_range(self._prefix, self._prefix_end())
         wb.put(self._restore_key, b"")
@@ -487,6 +683,7 @@ class PartitionLog:
         wb = self._store.new_batch()
         pending = 0
         meta_value: bytes | None = None
+        open_firsts: list[int] = []
         while True:
             (klen,) = struct.unpack(">I", _read_exact(inp, 4, self.name))
             if klen == _END_OF_PAIRS:
@@ -497,14 +694,22 @@ class PartitionLog:
             if suffix == META_TAG:
                 meta_value = value
                 continue
-            if suffix[:1] not in (BATCH_TAG, PRODUCER_TAG):
+            if suffix[:1] not in (BATCH_TAG, PRODUCER_TAG, ABORTED_TAG):
                 raise StorageCorruptionError(f"{self.name}: snapshot holds unknown key {suffix!r}")
+            if suffix[:1] == PRODUCER_TAG:
+                txn_first = decode_entry(value, where=f"{self.name} snapshot entry").current_txn_first_offset
+                if txn_first is not None:
+                    open_firsts.append(txn_first)
             wb.put(self._prefix + suffix, value)
             pending += klen + vlen
             if pending >= _RESTORE_BATCH_BYTES:
                 self._store.write(wb)
                 wb, pending = self._store.new_batch(), 0
-        meta = LogMeta() if meta_value is None else decode_meta(meta_value, where=f"{self.name} snapshot meta")
+        meta, recorded = LogMeta(), True
+        if meta_value is not None:
+            meta, recorded = decode_meta(meta_value, where=f"{self.name} snapshot meta")
+        if not recorded:  # a version-1 meta: derive what it predates (the load checks it)
+            meta = replace(meta, first_unstable_offset=min(open_firsts, default=None))
         wb.put(self._meta_key, encode_meta(replace(meta, last_applied=last_applied)))
         wb.delete(self._restore_key)
         self._store.write(wb)
@@ -518,6 +723,7 @@ class PartitionLog:
         """Delete every key of this partition (its topic was deleted)."""
         self._store.delete_prefix(self._prefix)
         self._producers.clear()
+        self._last_aborted_offset = None
         self._meta = LogMeta()
 
 

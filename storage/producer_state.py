@@ -10,13 +10,15 @@ Terms:
   epoch bump.
 * **ProducerStateEntry**: what the partition remembers of a pid: its epoch,
   the metadata of its last ``NUM_BATCHES_TO_RETAIN`` batches (the dedup
-  window), the log append time of its last batch, the coordinator epoch and the
-  first offset of its open transaction on this partition (``None`` until the
-  transactions work lands; the field is persisted already).
-* **ProducerAppendInfo**: validates one batch against one entry and computes
-  the entry that results (Kafka's class of the same name, kafka_txn.md §3.1).
+  window), the log append time of its last batch, the highest coordinator
+  epoch seen in its markers, and the first offset (and log append time) of its
+  open transaction on this partition.
+* **open transaction**: transactional batches of a pid written here since its
+  last COMMIT/ABORT marker. The first one opens it; the marker closes it.
+* **ProducerAppendInfo**: validates one batch or marker against one entry and
+  computes the entry that results (Kafka's class of the same name, kafka_txn.md §3.1).
 
-Rules (kafka_txn.md §3.1; rule numbers refer to that list):
+Rules (kafka_txn.md §3.1 and §4.3; rule numbers refer to the §3.1 list):
 
 1. Same epoch and ``(first_seq, last_seq)`` equal to a retained batch: a
    duplicate. The caller answers the original offsets and writes nothing.
@@ -31,20 +33,36 @@ Rules (kafka_txn.md §3.1; rule numbers refer to that list):
    (records deleted by retention/DeleteRecords, or idle entries expired) so the
    client bumps its epoch and resets its sequences (KIP-360), else
    ``OUT_OF_ORDER_SEQUENCE_NUMBER``.
+7. A non-transactional batch from a pid with an open transaction here:
+   ``INVALID_TXN_STATE``. A transactional batch with a *higher* epoch than the
+   open transaction's: ``CONCURRENT_TRANSACTIONS`` (retriable). Under TV2 a new
+   epoch is a new transaction, so this batch must wait for the marker that
+   ends the old one instead of joining it (Kafka would let it join).
+   Sequence and epoch errors (rules 2-5) take precedence, as in Kafka.
 9. Entries idle longer than ``producer.id.expiration.ms`` are removed, except
-   while a transaction is open.
+   while a transaction is open (an expired open txn would unpin the LSO).
 
-Transactional batches are validated exactly like idempotent ones and stored;
-nothing else about transactions (open-txn tracking, INVALID_TXN_STATE for mixed
-writes, markers) is implemented yet.
+Markers (WriteTxnMarkers, §4.3, TV2 semantics as §12 recommends):
+
+* coordinator epoch lower than the highest seen for the pid:
+  ``TRANSACTION_COORDINATOR_FENCED``;
+* producer epoch lower than the entry's, or equal while a transaction is
+  open: ``INVALID_PRODUCER_EPOCH`` (TV2 markers carry the epoch bumped at
+  EndTxn, so only a stale marker can carry the data's epoch; an equal epoch
+  with no open transaction is an idempotent retry and succeeds);
+* otherwise the marker closes the open transaction (if any), its epoch becomes
+  the pid's epoch (a higher one drops the retained batches, rule 3) and its
+  coordinator epoch is recorded. A marker for an unknown pid creates the
+  entry, so the fencing it carries is kept (``testProducerStateAfterFencingAbortMarker``).
 
 Idle time is measured with the *log append time* (leader clock, carried in the
 command), not the producer's record timestamps, so a producer with a skewed
 clock can neither pin nor lose its state.
 
 Thread-safety: every value here is immutable except ``ProducerStateManager``,
-which only its owner thread (the Raft thread) mutates; ``get`` from another
-thread is safe under CPython (a single dict lookup).
+which only its owner thread (the Raft thread) mutates; ``get`` and
+``ongoing`` from another thread are safe under CPython (a single dict lookup;
+the open-transaction map is replaced, never mutated).
 """
 
 from __future__ import annotations
@@ -62,6 +80,7 @@ __all__ = [
     "MAX_SEQUENCE",
     "NUM_BATCHES_TO_RETAIN",
     "BatchMetadata",
+    "EndTxnOutcome",
     "ProducerAppendInfo",
     "ProducerStateEntry",
     "ProducerStateManager",
@@ -100,6 +119,7 @@ class ProducerStateEntry:
     last_timestamp: int = -1
     coordinator_epoch: int = -1
     current_txn_first_offset: int | None = None
+    current_txn_start_time: int | None = None
 
     @property
     def last_seq(self) -> int:
@@ -144,7 +164,7 @@ class ProducerAppendInfo:
         return self.current.find_duplicate(header.producer_epoch, header.base_sequence, header.last_sequence)
 
     def validate(self, header: BatchHeader) -> BrokerError | None:
-        """The error for ``header`` under rules 2-5, or None when it may be appended.
+        """The error for ``header`` under rules 2-5 and 7, or None when it may be appended.
 
         Call ``duplicate_of`` first: a duplicate is out of sequence by definition.
         """
@@ -174,23 +194,44 @@ class ProducerAppendInfo:
                 ErrorCode.INVALID_PRODUCER_EPOCH,
                 f"producer {pid}: epoch {epoch} is older than the current epoch {cur.producer_epoch}",
             )
-        if epoch > cur.producer_epoch:
-            if first_seq != 0:
-                return BrokerError(
-                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                    f"producer {pid}: new epoch {epoch} must start at sequence 0, got {first_seq}",
-                )
-            return None
-        if not in_sequence(cur.last_seq, first_seq):
+        if epoch > cur.producer_epoch and first_seq != 0:
+            return BrokerError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"producer {pid}: new epoch {epoch} must start at sequence 0, got {first_seq}",
+            )
+        if epoch == cur.producer_epoch and not in_sequence(cur.last_seq, first_seq):
             return BrokerError(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"producer {pid} epoch {epoch}: expected sequence "
                 f"{0 if cur.last_seq == MAX_SEQUENCE else cur.last_seq + 1}, got {first_seq}",
             )
+        return self._validate_txn_state(header, cur)
+
+    @staticmethod
+    def _validate_txn_state(header: BatchHeader, cur: ProducerStateEntry) -> BrokerError | None:
+        """Rule 7: a batch must agree with the pid's open transaction here, if any."""
+        if cur.current_txn_first_offset is None:
+            return None
+        pid = header.producer_id
+        if not header.is_transactional:
+            return BrokerError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"producer {pid} has a transaction open at offset {cur.current_txn_first_offset}: "
+                "a non-transactional write must wait for it to end",
+            )
+        if header.producer_epoch > cur.producer_epoch:
+            return BrokerError(
+                ErrorCode.CONCURRENT_TRANSACTIONS,
+                f"producer {pid}: the transaction of epoch {cur.producer_epoch} open at offset "
+                f"{cur.current_txn_first_offset} has not ended here yet; epoch {header.producer_epoch} must wait",
+            )
         return None
 
     def append(self, header: BatchHeader, base_offset: int, log_append_time: int) -> ProducerStateEntry:
-        """The entry after appending ``header`` at ``base_offset`` (call after ``validate``)."""
+        """The entry after appending ``header`` at ``base_offset`` (call after ``validate``).
+
+        A transactional batch opens a transaction here unless one is open.
+        """
         meta = BatchMetadata(
             header.base_sequence,
             header.last_sequence,
@@ -200,28 +241,85 @@ class ProducerAppendInfo:
         )
         cur = self.current
         if cur is None:
-            return ProducerStateEntry(self.producer_id, header.producer_epoch, (meta,), log_append_time)
-        if header.producer_epoch != cur.producer_epoch:
+            cur = ProducerStateEntry(self.producer_id, header.producer_epoch)
+            batches: tuple[BatchMetadata, ...] = (meta,)
+        elif header.producer_epoch != cur.producer_epoch:
             # Rule 3: a new epoch starts a new sequence space; old batches can no
             # longer be duplicates of anything.
-            return replace(
-                cur,
-                producer_epoch=header.producer_epoch,
-                batches=(meta,),
-                last_timestamp=log_append_time,
+            batches = (meta,)
+        else:
+            batches = (*cur.batches, meta)[-NUM_BATCHES_TO_RETAIN:]
+        entry = replace(cur, producer_epoch=header.producer_epoch, batches=batches, last_timestamp=log_append_time)
+        if header.is_transactional and entry.current_txn_first_offset is None:
+            entry = replace(entry, current_txn_first_offset=base_offset, current_txn_start_time=log_append_time)
+        return entry
+
+    def validate_marker(self, producer_epoch: int, coordinator_epoch: int) -> BrokerError | None:
+        """The error for a COMMIT/ABORT marker (see "Markers" in the module docstring), or None."""
+        cur = self.current
+        if cur is None:
+            return None
+        pid = self.producer_id
+        if coordinator_epoch < cur.coordinator_epoch:
+            return BrokerError(
+                ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                f"producer {pid}: marker from coordinator epoch {coordinator_epoch}, "
+                f"but epoch {cur.coordinator_epoch} was already seen",
             )
-        batches = (*cur.batches, meta)[-NUM_BATCHES_TO_RETAIN:]
-        return replace(cur, batches=batches, last_timestamp=log_append_time)
+        if producer_epoch < cur.producer_epoch:
+            return BrokerError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"producer {pid}: marker epoch {producer_epoch} is older than the current epoch {cur.producer_epoch}",
+            )
+        if producer_epoch == cur.producer_epoch and cur.current_txn_first_offset is not None:
+            return BrokerError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"producer {pid}: a marker must carry an epoch above the open transaction's "
+                f"epoch {cur.producer_epoch} (transactions v2)",
+            )
+        return None
+
+    def end_txn(self, producer_epoch: int, coordinator_epoch: int, timestamp: int) -> EndTxnOutcome:
+        """The entry after a marker (call after ``validate_marker``) and the txn it closes."""
+        cur = self.current or ProducerStateEntry(self.producer_id, producer_epoch)
+        batches = cur.batches if producer_epoch == cur.producer_epoch else ()
+        entry = replace(
+            cur,
+            producer_epoch=producer_epoch,
+            batches=batches,
+            last_timestamp=max(cur.last_timestamp, timestamp),
+            coordinator_epoch=max(cur.coordinator_epoch, coordinator_epoch),
+            current_txn_first_offset=None,
+            current_txn_start_time=None,
+        )
+        return EndTxnOutcome(entry, cur.current_txn_first_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnOutcome:
+    """What a marker does to one pid: its new entry and the first offset of the txn it closed."""
+
+    entry: ProducerStateEntry
+    closed_txn_first_offset: int | None
 
 
 class ProducerStateManager:
     """The pid -> ProducerStateEntry map of one partition (in memory; the caller persists).
 
-    Only the owner thread calls the mutating methods; ``get`` is safe from any thread.
+    Also indexes the open transactions (pid -> first offset) so the first
+    unstable offset is known without scanning entries on every append.
+    Only the owner thread calls the mutating methods; ``get`` and ``ongoing``
+    are safe from any thread.
     """
 
     def __init__(self, entries: Iterable[ProducerStateEntry] = ()) -> None:
         self._entries: dict[int, ProducerStateEntry] = {e.producer_id: e for e in entries}
+        # Replaced on change, never mutated: readers on other threads hold a stable dict.
+        self._open: dict[int, int] = {
+            e.producer_id: e.current_txn_first_offset
+            for e in self._entries.values()
+            if e.current_txn_first_offset is not None
+        }
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -230,15 +328,39 @@ class ProducerStateManager:
         return self._entries.get(producer_id)
 
     def prepare_append(self, producer_id: int, *, state_may_be_lost: bool) -> ProducerAppendInfo:
-        """A validator for ``producer_id``'s next batch (mutates nothing)."""
+        """A validator for ``producer_id``'s next batch or marker (mutates nothing)."""
         return ProducerAppendInfo(producer_id, self._entries.get(producer_id), state_may_be_lost)
 
     def update(self, entry: ProducerStateEntry) -> None:
         """Install ``entry`` once it is durable."""
-        self._entries[entry.producer_id] = entry
+        pid = entry.producer_id
+        self._entries[pid] = entry
+        if self._open.get(pid) != entry.current_txn_first_offset:
+            self._set_open(pid, entry.current_txn_first_offset)
 
     def remove(self, producer_id: int) -> None:
         self._entries.pop(producer_id, None)
+        if producer_id in self._open:
+            self._set_open(producer_id, None)
+
+    def _set_open(self, producer_id: int, first_offset: int | None) -> None:
+        updated = dict(self._open)
+        if first_offset is None:
+            updated.pop(producer_id, None)
+        else:
+            updated[producer_id] = first_offset
+        self._open = updated
+
+    def first_unstable_offset(self, *, without: int | None = None) -> int | None:
+        """The smallest first offset of an open transaction (ignoring pid ``without``), None if none.
+
+        O(open transactions); called only when a transaction ends.
+        """
+        return min((first for pid, first in self._open.items() if pid != without), default=None)
+
+    def ongoing(self) -> list[tuple[int, int]]:
+        """``(producer_id, first_offset)`` of every open transaction, by first offset. Any thread."""
+        return sorted(self._open.items(), key=lambda item: item[1])
 
     def expired(self, now_ms: int, expiration_ms: int) -> list[int]:
         """Producer ids idle past ``expiration_ms`` as of ``now_ms``, ascending (deterministic)."""
@@ -252,23 +374,25 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self._entries = {}
+        self._open = {}
 
 
 # --------------------------------------------------------------------------
 # On-disk encoding of one entry
 # --------------------------------------------------------------------------
 
-ENTRY_VERSION = 1
+ENTRY_VERSION = 2
 # version, producer_id, epoch, coordinator_epoch, last_timestamp,
-# current_txn_first_offset (-1 = None), batch count
-_ENTRY_HEAD = struct.Struct(">Bqhiqqb")
+# current_txn_first_offset (-1 = None), [v2: current_txn_start_time (-1 = None)], batch count
+_ENTRY_HEAD_V1 = struct.Struct(">Bqhiqqb")
+_ENTRY_HEAD = struct.Struct(">Bqhiqqqb")
 # first_seq, last_seq, base_offset, last_offset, log_append_time
 _ENTRY_BATCH = struct.Struct(">iiqqq")
 _CRC = struct.Struct(">I")
 
 
 def encode_entry(entry: ProducerStateEntry) -> bytes:
-    """Versioned bytes of ``entry`` with a trailing CRC-32C of everything before it."""
+    """Version-2 bytes of ``entry`` with a trailing CRC-32C of everything before it."""
     parts = [
         _ENTRY_HEAD.pack(
             ENTRY_VERSION,
@@ -276,7 +400,8 @@ def encode_entry(entry: ProducerStateEntry) -> bytes:
             entry.producer_epoch,
             entry.coordinator_epoch,
             entry.last_timestamp,
-            -1 if entry.current_txn_first_offset is None else entry.current_txn_first_offset,
+            _or_minus_one(entry.current_txn_first_offset),
+            _or_minus_one(entry.current_txn_start_time),
             len(entry.batches),
         )
     ]
@@ -286,19 +411,42 @@ def encode_entry(entry: ProducerStateEntry) -> bytes:
     return body + _CRC.pack(crc32c.crc32c(body))
 
 
+def _or_minus_one(value: int | None) -> int:
+    return -1 if value is None else value
+
+
 def decode_entry(data: bytes, *, where: str = "producer entry") -> ProducerStateEntry:
-    """Inverse of ``encode_entry``; raises ``StorageCorruptionError`` naming ``where``."""
-    if len(data) < _ENTRY_HEAD.size + _CRC.size:
+    """Inverse of ``encode_entry``; also reads version 1 (no txn start time).
+
+    Raises ``StorageCorruptionError`` naming ``where``.
+    """
+    if len(data) < _ENTRY_HEAD_V1.size + _CRC.size:
         raise StorageCorruptionError(f"{where}: truncated ({len(data)} bytes)")
     body, (crc,) = data[: -_CRC.size], _CRC.unpack_from(data, len(data) - _CRC.size)
     if crc32c.crc32c(body) != crc:
         raise StorageCorruptionError(f"{where}: CRC mismatch")
-    version, pid, epoch, coord_epoch, last_ts, txn_first, n = _ENTRY_HEAD.unpack_from(body, 0)
-    if version != ENTRY_VERSION:
-        raise StorageCorruptionError(f"{where}: unknown version {version}")
-    if n < 0 or n > NUM_BATCHES_TO_RETAIN or len(body) != _ENTRY_HEAD.size + n * _ENTRY_BATCH.size:
+    version = body[0]
+    if version == 1:
+        head = _ENTRY_HEAD_V1
+        _v, pid, epoch, coord_epoch, last_ts, txn_first, n = head.unpack_from(body, 0)
+        # Version 1 never recorded the start time: the last write is the best bound left.
+        txn_start = last_ts if txn_first >= 0 else -1
+    elif version == ENTRY_VERSION and len(body) >= _ENTRY_HEAD.size:
+        head = _ENTRY_HEAD
+        _v, pid, epoch, coord_epoch, last_ts, txn_first, txn_start, n = head.unpack_from(body, 0)
+    else:
+        raise StorageCorruptionError(f"{where}: unknown version {version} or truncated ({len(data)} bytes)")
+    if n < 0 or n > NUM_BATCHES_TO_RETAIN or len(body) != head.size + n * _ENTRY_BATCH.size:
         raise StorageCorruptionError(f"{where}: bad batch count {n} for {len(body)} bytes")
-    batches = tuple(
-        BatchMetadata(*_ENTRY_BATCH.unpack_from(body, _ENTRY_HEAD.size + i * _ENTRY_BATCH.size)) for i in range(n)
+    if (txn_first < 0) != (txn_start < 0):
+        raise StorageCorruptionError(f"{where}: open txn offset {txn_first} but start time {txn_start}")
+    batches = tuple(BatchMetadata(*_ENTRY_BATCH.unpack_from(body, head.size + i * _ENTRY_BATCH.size)) for i in range(n))
+    return ProducerStateEntry(
+        pid,
+        epoch,
+        batches,
+        last_ts,
+        coord_epoch,
+        None if txn_first < 0 else txn_first,
+        None if txn_start < 0 else txn_start,
     )
-    return ProducerStateEntry(pid, epoch, batches, last_ts, coord_epoch, None if txn_first < 0 else txn_first)

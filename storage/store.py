@@ -25,12 +25,13 @@ from rocksdict import (
     DBCompressionType,
     Options,
     Rdict,
+    RdictIter,
     ReadOptions,
     WriteBatch,
     WriteOptions,
 )
 
-__all__ = ["NodeStore", "prefix_upper_bound"]
+__all__ = ["NodeStore", "StoreView", "prefix_upper_bound"]
 
 
 def prefix_upper_bound(prefix: bytes) -> bytes | None:
@@ -88,7 +89,62 @@ class NodeStore:
 
     # -- reads ----------------------------------------------------------------
 
+    def view(self, upper: bytes | None = None) -> StoreView:
+        """A point-in-time view of the database for several range reads that must agree.
+
+        ``upper`` (exclusive) lets RocksDB stop early; every range read from
+        the view must lie below it.
+        """
+        ro = ReadOptions()
+        if upper is not None:
+            ro.set_iterate_upper_bound(upper)
+        return StoreView(self.db.iter(ro), upper)
+
     def iter_range(
+        self,
+        lower: bytes,
+        upper: bytes | None,
+        *,
+        backwards: bool = False,
+        floor: bytes | None = None,
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """``StoreView.range`` on a fresh view (see there)."""
+        view = self.view(None if backwards else upper)
+        return view.range(lower, upper, backwards=backwards, floor=floor)
+
+    def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Every ``(key, value)`` whose key starts with ``prefix``, in key order."""
+        for key, value in self.iter_range(prefix, prefix_upper_bound(prefix)):
+            if not key.startswith(prefix):  # only reachable for all-0xff prefixes
+                break
+            yield key, value
+
+    def close(self) -> None:
+        """Flush memtables and close. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.db.flush()
+        finally:
+            self.db.close()
+
+
+class StoreView:
+    """A point-in-time view of the database: one RocksDB iterator.
+
+    RocksDB pins the data an iterator sees when it is created, so every range
+    read from one view sees the same state, whatever writes happen meanwhile
+    (rocksdict's ``Snapshot.iter`` does not honour its snapshot, hence this).
+    Read one range at a time: starting a range re-positions the iterator
+    under any range still being consumed.
+    """
+
+    def __init__(self, it: RdictIter, upper: bytes | None) -> None:
+        self._it = it
+        self._upper = upper
+
+    def range(
         self,
         lower: bytes,
         upper: bytes | None,
@@ -102,13 +158,11 @@ class NodeStore:
         the greatest key ``<= floor`` in the range (or the first key in the
         range if there is none). ``backwards`` walks from the last key down.
         The bounds are checked here: rocksdict does not honour the lower
-        bound of a backward iterator. The iterator reads a point-in-time view
-        (RocksDB pins one when the iterator is created).
+        bound of a backward iterator.
         """
-        ro = ReadOptions()
-        if upper is not None and not backwards:
-            ro.set_iterate_upper_bound(upper)
-        it = self.db.iter(ro)
+        if self._upper is not None and (upper is None or upper > self._upper):
+            raise ValueError("range reaches past the view's upper bound")
+        it = self._it
         if backwards:
             if upper is None:
                 it.seek_to_last()
@@ -135,20 +189,3 @@ class NodeStore:
                 return
             yield key, cast(bytes, it.value())
             it.next()
-
-    def iter_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """Every ``(key, value)`` whose key starts with ``prefix``, in key order."""
-        for key, value in self.iter_range(prefix, prefix_upper_bound(prefix)):
-            if not key.startswith(prefix):  # only reachable for all-0xff prefixes
-                break
-            yield key, value
-
-    def close(self) -> None:
-        """Flush memtables and close. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self.db.flush()
-        finally:
-            self.db.close()

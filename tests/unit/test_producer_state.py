@@ -212,7 +212,7 @@ def test_transactional_batches_follow_the_same_sequence_rules(producer: Producer
     assert isinstance(ok, AppendResult)
     entry = producer.log.producer_entry(PID)
     assert entry is not None
-    assert entry.current_txn_first_offset is None  # transactions are not tracked yet
+    assert entry.current_txn_first_offset == 0  # it opened a transaction (test_storage_txn.py)
     producer.index += 1
     dup = producer.log.apply(producer.index, encode_append(batch, 6))
     assert isinstance(dup, AppendResult)
@@ -285,7 +285,7 @@ ENTRY = ProducerStateEntry(
 )
 
 
-@pytest.mark.parametrize("entry", [ENTRY, ProducerStateEntry(1, 0), ProducerStateEntry(2, 1, (), 5, -1, 77)])
+@pytest.mark.parametrize("entry", [ENTRY, ProducerStateEntry(1, 0), ProducerStateEntry(2, 1, (), 5, -1, 77, 4)])
 def test_entry_encoding_round_trips(entry: ProducerStateEntry) -> None:
     assert decode_entry(encode_entry(entry)) == entry
 
