@@ -1,1 +1,44 @@
+"""txbroker's Python clients, with kafka-python's names: ``Producer``, ``Consumer``, ``Admin``.
 
+``clients.aio`` holds the asyncio twins. The exports are imported lazily so
+that server code importing only ``clients.protocol`` (the wire types) does not
+load the client stack.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .admin import Admin
+    from .consumer import Consumer
+    from .protocol import BrokerError, ErrorCode
+    from .records import ConsumerRecord, RecordMetadata, TopicPartition
+
+_EXPORTS = {
+    "Admin": "clients.admin",
+    "BrokerError": "clients.protocol",
+    "Consumer": "clients.consumer",
+    "ConsumerRecord": "clients.records",
+    "ErrorCode": "clients.protocol",
+    "RecordMetadata": "clients.records",
+    "TopicPartition": "clients.records",
+}
+
+__all__ = [
+    "Admin",
+    "BrokerError",
+    "Consumer",
+    "ConsumerRecord",
+    "ErrorCode",
+    "RecordMetadata",
+    "TopicPartition",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'clients' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -10,8 +10,9 @@ or a consumer reading a log that ends in a marker would fetch it forever.
 
 Under ``read_committed`` nothing at or above the last stable offset (LSO) is
 delivered and the next fetch offset stops at the LSO: the records above it may
-still be aborted. Dropping aborted transactional batches is the transactions
-issue's ``clients/txn_filter.py``; ``visible_batches`` is where it slots in.
+still be aborted. Aborted transactional batches are dropped by
+``clients.txn_filter``, the same filter the broker uses for server-filtered
+fetches.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from . import txn_filter
 from .protocol import BrokerError, ErrorCode, FetchBatches, StoredBatch, decode_records
 from .records import ConsumerRecord
 
@@ -49,19 +51,11 @@ class DecodedFetch:
 def visible_batches(fetch: FetchBatches, isolation: str) -> Iterator[StoredBatch]:
     """The batches whose records a consumer with ``isolation`` may see, oldest first.
 
-    Aborted transactions can only be filtered with the aborted-transaction
-    index the broker sends; until ``clients.txn_filter`` exists, a
-    read_committed fetch that names aborted transactions is refused rather
-    than delivering aborted data.
+    Control batches are never visible; under read_committed neither are the
+    batches of the aborted transactions the broker listed with the fetch.
     """
-    if isolation == READ_COMMITTED and fetch.aborted_transactions:
-        raise BrokerError(
-            ErrorCode.UNKNOWN_SERVER_ERROR,
-            "the broker reported aborted transactions but this client cannot filter them yet",
-        )
-    for batch in fetch.batches:
-        if not batch.header.is_control:
-            yield batch
+    aborted = fetch.aborted_transactions if isolation == READ_COMMITTED else ()
+    return txn_filter.visible_batches(fetch.batches, aborted)
 
 
 def decode_fetch(

@@ -4,5 +4,7 @@ from __future__ import annotations
 
 from ._metadata import MetadataCache, PartitionInfo, parse_bootstrap
 from ._session import HttpSession
+from .admin import AsyncAdmin
+from .consumer import AsyncConsumer
 
-__all__ = ["HttpSession", "MetadataCache", "PartitionInfo", "parse_bootstrap"]
+__all__ = ["AsyncAdmin", "AsyncConsumer", "HttpSession", "MetadataCache", "PartitionInfo", "parse_bootstrap"]
