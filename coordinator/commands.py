@@ -1,0 +1,341 @@
+"""Commands a ``__transaction_state-p`` Raft group replicates, and their byte encoding.
+
+A command is compact JSON ``{"op": <name>, ...fields}`` (never pickle; the
+first byte is ``{``, so it cannot be mistaken for the Raft NOOP barrier
+``0x00``). The leader builds it: every value that depends on the leader --
+its clock (``now_ms``), its term (``coordinator_epoch``), a producer id taken
+from its consensus-allocated block (``producer_id_candidate``), the limits of
+its configuration (``max_timeout_ms``, ``expiration_ms``...) -- travels inside,
+so ``apply`` computes the same result on every replica (DESIGN.md rule 1).
+
+``coordinator_epoch`` is the proposing leader's Raft term. The state machine
+remembers the highest it applied and answers ``NOT_COORDINATOR`` to a command
+carrying a lower one: a deposed leader's command that commits after its
+successor's first command changes nothing (DESIGN.md rule 7).
+
+Commands are frozen keyword-only dataclasses; their constructors are the API:
+``encode_command(EndTxn(transactional_id=..., ...))``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from coordinator.codec import get_bool, get_int, get_opt_int, get_opt_str, get_str, json_bytes
+from coordinator.errors import CommandDecodeError
+from coordinator.metadata import TopicPartition
+
+__all__ = [
+    "DEFAULT_GROUP_DECISION_RETENTION_MS",
+    "DEFAULT_MAX_TIMEOUT_MS",
+    "DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS",
+    "MAX_ID_BYTES",
+    "AddPartitions",
+    "BindPrepared",
+    "Command",
+    "CompleteTxn",
+    "DecideGroup",
+    "EndTxn",
+    "ExpireTransactionalId",
+    "FenceAndAbort",
+    "ForgetGroup",
+    "GroupMember",
+    "GroupMemberDone",
+    "InitProducerId",
+    "Prepare",
+    "ResolvePrepared",
+    "decode_command",
+    "encode_command",
+]
+
+#: ``transaction.max.timeout.ms`` (kafka_txn.md §2).
+DEFAULT_MAX_TIMEOUT_MS = 900_000
+#: ``transactional.id.expiration.ms`` (7 days, §2).
+DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS = 604_800_000
+#: How long a fully carried-out group decision is kept for retried group-commit requests.
+DEFAULT_GROUP_DECISION_RETENTION_MS = 604_800_000
+#: Longest transactional id / commit-group id accepted (UTF-8 bytes); bounds keys and commands.
+MAX_ID_BYTES = 4096
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class GroupMember:
+    """One prepared transaction of a commit group: its transactional id and the identity it was prepared with."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InitProducerId:
+    """InitProducerId with a transactional id (kafka_txn.md §4.3).
+
+    ``producer_id_candidate``: a fresh id from the leader's block, used when the
+    transactional id is new or its epoch is exhausted (None: the leader saw no
+    need; if apply needs one anyway it answers CONCURRENT_TRANSACTIONS and the
+    client retries). ``expected_producer_id``/``expected_producer_epoch``:
+    KIP-360's current identity of a recovering producer (both or neither).
+    """
+
+    OP: ClassVar[str] = "init_producer_id"
+    transactional_id: str
+    timeout_ms: int
+    now_ms: int
+    coordinator_epoch: int
+    producer_id_candidate: int | None = None
+    expected_producer_id: int | None = None
+    expected_producer_epoch: int | None = None
+    max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddPartitions:
+    """AddPartitionsToTxn, also the implicit add of a first transactional produce (KIP-890 part 2)."""
+
+    OP: ClassVar[str] = "add_partitions"
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[TopicPartition, ...]
+    now_ms: int
+    coordinator_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndTxn:
+    """EndTxn (TV2): PrepareCommit/PrepareAbort with an epoch bump. The candidate covers a rotation."""
+
+    OP: ClassVar[str] = "end_txn"
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    now_ms: int
+    coordinator_epoch: int
+    producer_id_candidate: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompleteTxn:
+    """Every marker of the prepare state with this marker identity is written: CompleteCommit/CompleteAbort."""
+
+    OP: ClassVar[str] = "complete_txn"
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    now_ms: int
+    coordinator_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prepare:
+    """Make the transaction of (pid, epoch) durable and wait for an external decision (``PREPARED``)."""
+
+    OP: ClassVar[str] = "prepare"
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    now_ms: int
+    coordinator_epoch: int
+    group_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BindPrepared:
+    """Bind an unbound prepared transaction to a commit group (idempotent for the same group)."""
+
+    OP: ClassVar[str] = "bind_prepared"
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+    now_ms: int
+    coordinator_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResolvePrepared:
+    """Carry out a commit group's recorded decision on one bound member (PrepareCommit/PrepareAbort)."""
+
+    OP: ClassVar[str] = "resolve_prepared"
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+    commit: bool
+    now_ms: int
+    coordinator_epoch: int
+    producer_id_candidate: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FenceAndAbort:
+    """Fence (epoch bump) and abort the open transaction of exactly this (pid, epoch).
+
+    Used for the timeout scan, abort-by-prefix and admin aborts; the identity
+    guard makes a decision taken on a stale view a no-op error.
+    """
+
+    OP: ClassVar[str] = "fence_and_abort"
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    now_ms: int
+    coordinator_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpireTransactionalId:
+    """Remove an idle transactional id (Empty/Complete*, idle longer than ``expiration_ms``)."""
+
+    OP: ClassVar[str] = "expire_transactional_id"
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    now_ms: int
+    coordinator_epoch: int
+    expiration_ms: int = DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecideGroup:
+    """Record a commit group's decision (write-once; the first decision wins)."""
+
+    OP: ClassVar[str] = "decide_group"
+    group_id: str
+    commit: bool
+    members: tuple[GroupMember, ...]
+    now_ms: int
+    coordinator_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupMemberDone:
+    """The decision is durable on this member's own partition (it reached a prepare or complete state)."""
+
+    OP: ClassVar[str] = "group_member_done"
+    group_id: str
+    transactional_id: str
+    now_ms: int
+    coordinator_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForgetGroup:
+    """Delete a decision whose members are all done, ``retention_ms`` after it was decided."""
+
+    OP: ClassVar[str] = "forget_group"
+    group_id: str
+    now_ms: int
+    coordinator_epoch: int
+    retention_ms: int = DEFAULT_GROUP_DECISION_RETENTION_MS
+
+
+Command = (
+    InitProducerId
+    | AddPartitions
+    | EndTxn
+    | CompleteTxn
+    | Prepare
+    | BindPrepared
+    | ResolvePrepared
+    | FenceAndAbort
+    | ExpireTransactionalId
+    | DecideGroup
+    | GroupMemberDone
+    | ForgetGroup
+)
+
+_COMMANDS: Mapping[str, type[Command]] = {
+    cls.OP: cls
+    for cls in (
+        InitProducerId,
+        AddPartitions,
+        EndTxn,
+        CompleteTxn,
+        Prepare,
+        BindPrepared,
+        ResolvePrepared,
+        FenceAndAbort,
+        ExpireTransactionalId,
+        DecideGroup,
+        GroupMemberDone,
+        ForgetGroup,
+    )
+}
+
+
+def _partitions(d: Mapping[str, Any], key: str) -> tuple[TopicPartition, ...]:
+    raw = d.get(key)
+    if not isinstance(raw, list):
+        raise CommandDecodeError(f"field {key!r} must be a list")
+    out = []
+    for item in raw:
+        if not (isinstance(item, list) and len(item) == 2):
+            raise CommandDecodeError(f"{key}: each partition is [topic, partition]")
+        out.append(TopicPartition(get_str({"t": item[0]}, "t"), get_int({"p": item[1]}, "p")))
+    return tuple(out)
+
+
+def _members(d: Mapping[str, Any], key: str) -> tuple[GroupMember, ...]:
+    raw = d.get(key)
+    if not isinstance(raw, list):
+        raise CommandDecodeError(f"field {key!r} must be a list")
+    out = []
+    for item in raw:
+        if not (isinstance(item, list) and len(item) == 3):
+            raise CommandDecodeError(f"{key}: each member is [transactional_id, producer_id, producer_epoch]")
+        m = {"t": item[0], "p": item[1], "e": item[2]}
+        out.append(GroupMember(get_str(m, "t"), get_int(m, "p"), get_int(m, "e")))
+    return tuple(out)
+
+
+# Field readers by the annotation text (``from __future__ import annotations`` keeps them as strings).
+_READERS: Mapping[str, Callable[[Mapping[str, Any], str], Any]] = {
+    "int": get_int,
+    "int | None": get_opt_int,
+    "str": get_str,
+    "str | None": get_opt_str,
+    "bool": get_bool,
+    "tuple[TopicPartition, ...]": _partitions,
+    "tuple[GroupMember, ...]": _members,
+}
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_to_json(v) for v in value]
+    if isinstance(value, TopicPartition):
+        return [value.topic, value.partition]
+    if isinstance(value, GroupMember):
+        return [value.transactional_id, value.producer_id, value.producer_epoch]
+    return value
+
+
+def encode_command(cmd: Command) -> bytes:
+    body: dict[str, Any] = {"op": cmd.OP}
+    for f in dataclasses.fields(cmd):
+        body[f.name] = _to_json(getattr(cmd, f.name))
+    return json_bytes(body)
+
+
+def decode_command(raw: bytes) -> Command:
+    """Parse a command; raises ``CommandDecodeError`` for anything malformed (unknown op, wrong types)."""
+    try:
+        d = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CommandDecodeError(f"not a JSON command: {exc}") from exc
+    if not isinstance(d, dict):
+        raise CommandDecodeError("a command is a JSON object")
+    op = d.get("op")
+    cls = _COMMANDS.get(op) if isinstance(op, str) else None
+    if cls is None:
+        raise CommandDecodeError(f"unknown coordinator command {d.get('op')!r}")
+    kwargs = {f.name: _READERS[str(f.type)](d, f.name) for f in dataclasses.fields(cls)}
+    return cls(**kwargs)
