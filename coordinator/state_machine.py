@@ -189,8 +189,7 @@ class TransactionStateMachine:
                 self._write_header(index, self._coordinator_epoch)
                 return BrokerError(
                     ErrorCode.NOT_COORDINATOR,
-                    f"{self.name}: coordinator epoch {cmd.coordinator_epoch} is older than "
-                    f"{self._coordinator_epoch}",
+                    f"{self.name}: coordinator epoch {cmd.coordinator_epoch} is older than {self._coordinator_epoch}",
                 )
             return self._apply_command(index, cmd)
         except Exception as exc:  # a raise here would wedge the group on every replica
@@ -369,9 +368,9 @@ class TransactionStateMachine:
     def pending_completions(self) -> list[MarkerPlan]:
         return scans.pending_completions(self.transactions())
 
-    def expired_transactions(self, now_ms: int, max_prepared_ms: int = DEFAULT_MAX_PREPARED_MS) -> list[
-        TransactionMetadata
-    ]:
+    def expired_transactions(
+        self, now_ms: int, max_prepared_ms: int = DEFAULT_MAX_PREPARED_MS
+    ) -> list[TransactionMetadata]:
         return scans.expired_transactions(self.transactions(), now_ms, max_prepared_ms)
 
     def expired_transactional_ids(self, now_ms: int, expiration_ms: int) -> list[TransactionMetadata]:
