@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .admin import Admin
+    from .aio._batch import DeliveryTimeoutError
     from .consumer import Consumer
+    from .producer import Producer
     from .protocol import BrokerError, ErrorCode
     from .records import ConsumerRecord, RecordMetadata, TopicPartition
 
@@ -21,7 +23,9 @@ _EXPORTS = {
     "BrokerError": "clients.protocol",
     "Consumer": "clients.consumer",
     "ConsumerRecord": "clients.records",
+    "DeliveryTimeoutError": "clients.aio._batch",
     "ErrorCode": "clients.protocol",
+    "Producer": "clients.producer",
     "RecordMetadata": "clients.records",
     "TopicPartition": "clients.records",
 }
@@ -31,7 +35,9 @@ __all__ = [
     "BrokerError",
     "Consumer",
     "ConsumerRecord",
+    "DeliveryTimeoutError",
     "ErrorCode",
+    "Producer",
     "RecordMetadata",
     "TopicPartition",
 ]

@@ -6,5 +6,14 @@ from ._metadata import MetadataCache, PartitionInfo, parse_bootstrap
 from ._session import HttpSession
 from .admin import AsyncAdmin
 from .consumer import AsyncConsumer
+from .producer import AsyncProducer
 
-__all__ = ["AsyncAdmin", "AsyncConsumer", "HttpSession", "MetadataCache", "PartitionInfo", "parse_bootstrap"]
+__all__ = [
+    "AsyncAdmin",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "HttpSession",
+    "MetadataCache",
+    "PartitionInfo",
+    "parse_bootstrap",
+]

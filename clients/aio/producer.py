@@ -1,0 +1,557 @@
+"""``AsyncProducer``: the batching, idempotent producer (kafka-python's ``KafkaProducer`` on asyncio).
+
+What it guarantees with ``enable_idempotence=True`` (the default): every
+acknowledged record is in the log exactly once, and records to one partition
+land in the order ``send`` was called, whatever the network does -- lost
+answers, leader changes, a paused broker. How:
+
+* Records go into a per-partition batch (``batch_size``, ``linger_ms``); the
+  partition is murmur2 of the key, or a sticky partition for null keys.
+* The sender task drains sealed batches into binary produce requests, batches
+  to several partitions led by the same node sharing one request, with at most
+  ``max_in_flight_requests_per_connection`` (<= 5) unacknowledged batches per
+  partition. A retry resends the same producer id, epoch and sequence bytes,
+  so the broker answers a retry of a batch it already holds with the original
+  offsets.
+* A batch that expires (``delivery_timeout_ms``) after it was sent leaves its
+  sequence unresolved: its futures fail with ``DeliveryTimeoutError``
+  (``REQUEST_TIMED_OUT``), no new batch is sequenced until every request has
+  returned, then the epoch is bumped and all sequences restart at 0 (KIP-360;
+  see ``_idempotence``).
+
+The event loop is never blocked: ``send`` encodes the record and returns a
+future; it suspends only to learn a topic's partitions or when
+``buffer_memory`` is used up (at most ``max_block_ms``). Not thread-safe: use
+it from the loop it was started on (``clients.Producer`` wraps it for threads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..partitioner import partition_for_key
+from ..protocol import (
+    PRODUCE_CONTENT_TYPE,
+    BrokerError,
+    ErrorCode,
+    ProducePartition,
+    ProduceRequest,
+    encode_produce_request,
+)
+from ..records import RecordMetadata
+from ._accumulator import METADATA_ERRORS, Outcome, RecordAccumulator
+from ._batch import BATCH_OVERHEAD, ProducerBatch, RecordSink, add_callback, encode_headers, record_size
+from ._idempotence import IdempotenceManager, ProducerIdState
+from ._metadata import MetadataCache
+from ._session import HttpSession
+
+__all__ = ["AsyncProducer", "Callback", "Serializer"]
+
+log = logging.getLogger("clients.producer")
+
+Serializer = Callable[[Any], bytes | None]
+Callback = Callable[[RecordMetadata | None, BaseException | None], None]
+_MAX_RETRIES = 2**31 - 1
+
+
+def _acks(value: str | int) -> int:
+    if value in ("all", -1, "-1"):
+        return -1
+    if value in (1, "1"):
+        return 1
+    if value in (0, "0"):
+        return 0
+    raise BrokerError(ErrorCode.INVALID_CONFIG, f"acks must be 'all', 1 or 0, got {value!r}")
+
+
+def _as_bytes(what: str, v: Any) -> bytes | None:
+    if v is None or type(v) is bytes:
+        return v
+    if isinstance(v, bytes | bytearray | memoryview):
+        return bytes(v)
+    raise BrokerError(
+        ErrorCode.INVALID_REQUEST,
+        f"{what} must be bytes or None (or configure {what}_serializer), got {type(v).__name__}",
+    )
+
+
+class AsyncProducer:
+    """Kafka-style producer on asyncio. Names and defaults follow kafka-python.
+
+    ``url_rewrites`` is for tests only: it maps the node URLs the cluster
+    advertises in its metadata to the URLs this client must use instead (a
+    fault-injecting proxy in front of each node).
+
+    ``transactional_id`` is accepted so code can be written against the final
+    signature; the transactional methods arrive with the transactions work and
+    until then ``send`` refuses to run with a transactional id.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        client_id: str | None = None,
+        key_serializer: Serializer | None = None,
+        value_serializer: Serializer | None = None,
+        acks: str | int = "all",
+        enable_idempotence: bool = True,
+        linger_ms: int = 5,
+        batch_size: int = 65536,
+        max_in_flight_requests_per_connection: int = 5,
+        retries: int = _MAX_RETRIES,
+        retry_backoff_ms: int = 100,
+        delivery_timeout_ms: int = 120_000,
+        request_timeout_ms: int = 30_000,
+        buffer_memory: int = 32 * 1024 * 1024,
+        max_request_size: int = 1_048_576,
+        max_block_ms: int = 60_000,
+        metadata_max_age_ms: int = 300_000,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
+        url_rewrites: Mapping[str, str] | None = None,
+        _on_release: Callable[[int], None] | None = None,
+    ) -> None:
+        self._acks = _acks(acks)
+        if enable_idempotence and self._acks != -1:
+            raise BrokerError(ErrorCode.INVALID_CONFIG, "enable_idempotence requires acks='all'")
+        if enable_idempotence and not 1 <= max_in_flight_requests_per_connection <= 5:
+            raise BrokerError(
+                ErrorCode.INVALID_CONFIG,
+                "enable_idempotence requires max_in_flight_requests_per_connection between 1 and 5 "
+                "(the broker keeps the last 5 batches per producer for duplicate detection)",
+            )
+        if max_in_flight_requests_per_connection < 1 or batch_size < 1 or retries < 0 or buffer_memory < 1:
+            raise BrokerError(ErrorCode.INVALID_CONFIG, "batch_size, buffer_memory and max_in_flight must be >= 1")
+        if delivery_timeout_ms < linger_ms + request_timeout_ms:
+            raise BrokerError(
+                ErrorCode.INVALID_CONFIG, "delivery_timeout_ms must be >= linger_ms + request_timeout_ms (as in Kafka)"
+            )
+        self.client_id = client_id
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self._key_ser = key_serializer
+        self._value_ser = value_serializer
+        self._request_timeout_ms = request_timeout_ms
+        self._buffer_memory = buffer_memory
+        self._max_request_size = max_request_size
+        self._max_block_s = max_block_ms / 1000
+        self._retry_backoff_s = retry_backoff_ms / 1000
+        self._rewrites = {k.rstrip("/"): v.rstrip("/") for k, v in (url_rewrites or {}).items()}
+        self._on_release = _on_release
+        self._session = HttpSession(request_timeout_ms=request_timeout_ms)
+        self._metadata = MetadataCache(self._session, bootstrap, metadata_max_age_ms=metadata_max_age_ms)
+        self._idem = IdempotenceManager(enabled=enable_idempotence)
+        self._acc = RecordAccumulator(
+            self._idem,
+            batch_size=batch_size,
+            linger_s=linger_ms / 1000,
+            max_in_flight=max_in_flight_requests_per_connection,
+            delivery_timeout_s=delivery_timeout_ms / 1000,
+            retry_backoff_s=retry_backoff_ms / 1000,
+            retries=retries,
+            max_request_size=max_request_size,
+            on_report=self._on_report,
+        )
+        self._wake = asyncio.Event()
+        self._memory_freed = asyncio.Event()
+        self._flush_waiters: list[tuple[set[ProducerBatch], asyncio.Future[None]]] = []
+        self._sender: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._metadata_task: asyncio.Task[None] | None = None
+        self._init_task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._errors: dict[str, int] = {}
+        self.requests_sent = 0
+
+    # ---- public API --------------------------------------------------------------------------
+
+    @property
+    def producer_id(self) -> int:
+        return self._idem.current.producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        return self._idem.current.epoch
+
+    async def start(self) -> None:
+        """Start the sender and (idempotent mode) wait for a producer id, at most ``max_block_ms``."""
+        self.ensure_started()
+        deadline = time.monotonic() + self._max_block_s
+        while self._idem.state is ProducerIdState.UNINITIALIZED:
+            if time.monotonic() > deadline:
+                raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, "no producer id within max_block_ms")
+            await asyncio.sleep(0.01)
+        self._raise_if_fatal()
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+        timestamp_ms: int | None = None,
+        callback: Callback | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; the returned future resolves to its ``RecordMetadata`` once acknowledged."""
+        kb, vb, hb, nbytes = self.serialize(key, value, headers)
+        self.ensure_started()
+        n = self._metadata.cached_partition_count(topic)
+        if not n:
+            n = await self._wait_for_topic(topic)
+        if self._acc.buffered_bytes + nbytes > self._buffer_memory and self._acc.buffered_bytes > 0:
+            await self._wait_for_memory(nbytes)
+        assert self._loop is not None
+        fut: asyncio.Future[RecordMetadata] = self._loop.create_future()
+        if callback is not None:
+            add_callback(fut, callback, log.error)
+        if self.append(topic, partition, kb, vb, hb, nbytes, timestamp_ms, fut, n):
+            await asyncio.sleep(0)  # a batch filled up: let the sender ship it
+        return fut
+
+    async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> RecordMetadata:
+        return await (await self.send(topic, value, key, **kw))
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return set(range(await self.wait_for_topic(topic)))
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued now and wait until each of those batches is acknowledged or failed.
+
+        Raises ``BrokerError(REQUEST_TIMED_OUT)`` if ``timeout`` (seconds) passes first.
+        """
+        pending = set(self._acc.unreported())
+        if not pending:
+            return
+        assert self._loop is not None
+        fut: asyncio.Future[None] = self._loop.create_future()
+        waiter = (pending, fut)
+        self._flush_waiters.append(waiter)
+        self._acc.flushing += 1
+        self._wake.set()
+        try:
+            async with asyncio.timeout(timeout):
+                await fut
+        except TimeoutError as exc:
+            raise BrokerError(
+                ErrorCode.REQUEST_TIMED_OUT, f"flush: {len(pending)} batch(es) not done within {timeout}s"
+            ) from exc
+        finally:
+            self._acc.flushing -= 1
+            self._flush_waiters.remove(waiter)
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Stop accepting records, deliver what is queued, release every resource.
+
+        With ``timeout`` (seconds), batches still unacknowledged when it
+        passes fail with ``DeliveryTimeoutError``. Without, waits at most about
+        ``delivery_timeout_ms`` (every batch expires by then).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._acc.closing = True
+        self._wake.set()
+        try:
+            if self._sender is not None:
+                try:
+                    async with asyncio.timeout(timeout):
+                        await asyncio.shield(self._sender)
+                except TimeoutError:
+                    self._acc.abort_incomplete(f"producer closed after {timeout}s with the batch unacknowledged")
+        finally:
+            tasks = [t for t in (self._sender, self._metadata_task, self._init_task, *self._tasks) if t is not None]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._acc.abort_incomplete("producer closed")
+            await self._session.close()
+
+    def metrics(self) -> dict[str, Any]:
+        """Counters for tests and benchmarks (not a stable interface)."""
+        return {
+            **self._acc.stats,
+            "requests": self.requests_sent,
+            "epoch_bumps": self._idem.epoch_bumps,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+            "state": self._idem.state.name,
+            "errors": dict(self._errors),
+            "buffered_bytes": self._acc.buffered_bytes,
+        }
+
+    async def __aenter__(self) -> AsyncProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    # ---- record path (also used by the sync facade from the loop thread) ------------------------
+
+    def check_open(self) -> None:
+        if self._closed:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "send() after close()")
+        self._raise_if_fatal()
+        if self.transactional_id is not None:
+            raise BrokerError(
+                ErrorCode.INVALID_TXN_STATE,
+                "transactional producers need init_transactions(), which arrives with the transactions work",
+            )
+
+    def _raise_if_fatal(self) -> None:
+        if self._idem.fatal_error is not None:
+            raise self._idem.fatal_error
+
+    def serialize(
+        self, key: Any, value: Any, headers: Sequence[tuple[str, bytes | None]] | None
+    ) -> tuple[bytes | None, bytes | None, bytes, int]:
+        """Check the producer is usable and encode one record's parts; any thread may call it."""
+        self.check_open()
+        kb = _as_bytes("key", self._key_ser(key) if self._key_ser is not None and key is not None else key)
+        vb = _as_bytes("value", self._value_ser(value) if self._value_ser is not None and value is not None else value)
+        hb = encode_headers(headers)
+        nbytes = record_size(kb, vb, hb)
+        if nbytes + BATCH_OVERHEAD > self._max_request_size or nbytes > self._buffer_memory:
+            raise BrokerError(
+                ErrorCode.RECORD_TOO_LARGE,
+                f"record of {nbytes} bytes exceeds max_request_size={self._max_request_size} "
+                f"or buffer_memory={self._buffer_memory}",
+            )
+        return kb, vb, hb, nbytes
+
+    def append(
+        self,
+        topic: str,
+        partition: int | None,
+        kb: bytes | None,
+        vb: bytes | None,
+        hb: bytes,
+        nbytes: int,
+        timestamp_ms: int | None,
+        sink: RecordSink,
+        num_partitions: int,
+    ) -> bool:
+        """Put one encoded record into its batch; True when a batch was created or filled."""
+        if partition is None:
+            if kb is not None:
+                partition = partition_for_key(kb, num_partitions)
+            else:
+                partition = self._acc.sticky_partition(topic, lambda: self._available(topic, num_partitions), nbytes)
+        elif not 0 <= partition < num_partitions:
+            raise BrokerError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has {num_partitions} partitions, not {partition}"
+            )
+        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+        assert self._loop is not None
+        changed = self._acc.append(topic, partition, ts, kb, vb, hb, nbytes, sink, self._loop.time())
+        if changed:
+            self._wake.set()
+        return changed
+
+    def cached_partition_count(self, topic: str) -> int | None:
+        return self._metadata.cached_partition_count(topic)
+
+    def _available(self, topic: str, n: int) -> list[int]:
+        up = [p for p in range(n) if (info := self._metadata.cached(topic, p)) is not None and info.leader_url]
+        return up or list(range(n))
+
+    async def wait_for_topic(self, topic: str) -> int:
+        self.ensure_started()
+        n = self._metadata.cached_partition_count(topic)
+        return n if n else await self._wait_for_topic(topic)
+
+    async def _wait_for_topic(self, topic: str) -> int:
+        """Partition count of ``topic``, refreshing metadata until it exists or ``max_block_ms`` passes."""
+        deadline = time.monotonic() + self._max_block_s
+        last: BrokerError | None = None
+        while True:
+            try:
+                await self._metadata.refresh()
+            except BrokerError as exc:
+                last = exc
+            n = self._metadata.cached_partition_count(topic)
+            if n:
+                return n
+            if time.monotonic() + self._retry_backoff_s > deadline:
+                raise BrokerError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"topic {topic!r} not in metadata after max_block_ms" + (f": {last.message}" if last else ""),
+                )
+            await asyncio.sleep(self._retry_backoff_s)
+
+    async def _wait_for_memory(self, nbytes: int) -> None:
+        acc = self._acc
+        acc.memory_waiters += 1
+        self._wake.set()
+        try:
+            async with asyncio.timeout(self._max_block_s):
+                while acc.buffered_bytes + nbytes > self._buffer_memory and acc.buffered_bytes > 0:
+                    self._memory_freed.clear()
+                    await self._memory_freed.wait()
+                    self.check_open()
+        except TimeoutError as exc:
+            raise BrokerError(
+                ErrorCode.REQUEST_TIMED_OUT, f"buffer_memory={self._buffer_memory} still full after max_block_ms"
+            ) from exc
+        finally:
+            acc.memory_waiters -= 1
+
+    def _on_report(self, batch: ProducerBatch) -> None:
+        self._memory_freed.set()
+        for pending, fut in self._flush_waiters:
+            pending.discard(batch)
+            if not pending and not fut.done():
+                fut.set_result(None)
+        if self._on_release is not None:
+            self._on_release(batch.size - BATCH_OVERHEAD)
+
+    # ---- sender ------------------------------------------------------------------------------
+
+    def ensure_started(self) -> None:
+        if self._sender is None:
+            self._loop = asyncio.get_running_loop()
+            self._sender = self._loop.create_task(self._run_sender(), name="txbroker-producer-sender")
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        assert self._loop is not None
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _run_sender(self) -> None:
+        loop = asyncio.get_running_loop()
+        acc, idem = self._acc, self._idem
+        while True:
+            self._wake.clear()
+            now = loop.time()
+            acc.expire(now)
+            if idem.state is ProducerIdState.UNINITIALIZED and self._init_task is None:
+                self._init_task = loop.create_task(self._init_producer_id())
+            elif acc.ready_to_bump():
+                bumped = idem.bump_epoch()
+                acc.reset_after_bump()
+                what = f"epoch bumped to {idem.current.epoch}" if bumped else "epoch exhausted, new producer id next"
+                log.warning("producer %d: %s after %s", idem.current.producer_id, what, idem.bump_reason)
+                continue
+            for url, batches in acc.drain(now, self._leader_of):
+                self._spawn(self._send_request(url, batches))
+            if acc.no_leader:
+                self._refresh_metadata()
+            if acc.closing and not acc.has_pending():
+                return
+            deadline = acc.next_deadline(now)
+            if not self._wake.is_set():
+                handle = loop.call_at(deadline, self._wake.set) if deadline is not None else None
+                await self._wake.wait()
+                if handle is not None:
+                    handle.cancel()
+
+    def _rewrite(self, url: str) -> str:
+        return self._rewrites.get(url, url)
+
+    def _leader_of(self, topic: str, partition: int) -> str | None:
+        info = self._metadata.cached(topic, partition)
+        if info is None or info.leader_url is None:
+            return None
+        return self._rewrite(info.leader_url)
+
+    def _refresh_metadata(self) -> None:
+        """Refresh metadata in the background (one refresh at a time), then wake the sender."""
+        if self._metadata_task is None or self._metadata_task.done():
+            assert self._loop is not None
+            self._metadata_task = self._loop.create_task(self._refresh_metadata_once())
+
+    async def _refresh_metadata_once(self) -> None:
+        try:
+            await self._metadata.refresh()
+        except BrokerError as exc:
+            log.debug("metadata refresh failed: %s", exc)
+            await asyncio.sleep(self._retry_backoff_s)
+        self._wake.set()
+
+    async def _init_producer_id(self) -> None:
+        """InitProducerId with retries; any node answers for a producer without a transactional id."""
+        try:
+            while True:
+                last: BrokerError | None = None
+                for url in dict.fromkeys(map(self._rewrite, self._metadata.urls())):
+                    try:
+                        body = await self._session.request_json(
+                            "POST", url + "/v1/producers/init", {"transactional_id": None}
+                        )
+                        self._idem.set_producer_id(int(body["producer_id"]), int(body["producer_epoch"]))
+                        log.debug("producer id %d epoch %d", self.producer_id, self.producer_epoch)
+                        return
+                    except BrokerError as exc:
+                        if not exc.retriable:
+                            self._acc.fail_all(exc)
+                            return
+                        last = exc
+                log.debug("producer id not available yet: %s", last)
+                await asyncio.sleep(self._retry_backoff_s)
+        finally:
+            self._init_task = None
+            self._wake.set()
+
+    async def _send_request(self, url: str, batches: list[ProducerBatch]) -> None:
+        acc = self._acc
+        req = ProduceRequest(
+            tuple(ProducePartition(b.topic, b.partition, b.wire or b"") for b in batches),
+            acks=self._acks,
+            timeout_ms=self._request_timeout_ms,
+        )
+        answers: dict[tuple[str, int], Any] = {}
+        whole: BrokerError | None = None
+        self.requests_sent += 1
+        try:
+            _, raw = await self._session.request(
+                "POST", url + "/v1/produce", data=encode_produce_request(req), content_type=PRODUCE_CONTENT_TYPE
+            )
+            parts = json.loads(raw)["partitions"]
+        except BrokerError as exc:
+            parts = exc.extra.get("partitions")
+            if not isinstance(parts, list):
+                whole = exc
+        except (ValueError, KeyError, TypeError) as exc:
+            whole = BrokerError(ErrorCode.NETWORK_EXCEPTION, f"malformed produce answer from {url}: {exc!r}")
+        finally:
+            acc.request_finished()
+        if whole is None:
+            for p in parts:
+                answers[(p.get("topic"), p.get("partition"))] = p
+        now = asyncio.get_running_loop().time()
+        refresh = False
+        for b in batches:
+            err = whole
+            base = lat = -1
+            if err is None:
+                p = answers.get((b.topic, b.partition))
+                code = p.get("error_code", "NONE") if isinstance(p, dict) else None
+                if p is None or code is None:
+                    err = BrokerError(ErrorCode.NETWORK_EXCEPTION, f"no answer for {b.topic}-{b.partition}")
+                elif code != "NONE":
+                    extra = {k: v for k, v in p.items() if k == "leader_url"}
+                    err = BrokerError(ErrorCode.from_name(str(code)), str(p.get("message") or ""), **extra)
+                else:
+                    base, lat = int(p.get("base_offset", -1)), int(p.get("log_append_time", -1))
+            if err is not None:
+                self._errors[err.error_code.name] = self._errors.get(err.error_code.name, 0) + 1
+                if err.error_code is ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                    self._metadata.invalidate(b.topic, b.partition, err.extra.get("leader_url"))
+                if err.error_code in METADATA_ERRORS:
+                    refresh = True
+            outcome = acc.handle_response(b, base, lat, err, now)
+            if outcome is Outcome.FATAL:
+                log.error("producer %d fenced: %s", self.producer_id, err)
+        if refresh:
+            self._refresh_metadata()
+        self._wake.set()
