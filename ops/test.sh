@@ -5,6 +5,16 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 TXBROKER_EXTRAS="${TXBROKER_EXTRAS:-dev}" source "$ROOT/ops/bootstrap.sh"
+# Debian's prometheus package brings prometheus and promtool for the observability tests
+# (tests/integration/test_prometheus.py, tests/unit/test_alert_rules.py); CI machines are fresh.
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "== installing Debian's prometheus package"
+  if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }; then
+    echo "could not install prometheus: the tests that need it will be skipped (or fail under CI)" >&2
+  fi
+fi
 echo "== ruff"
 ruff check .
 echo "== mypy"

@@ -126,7 +126,7 @@ def overview() -> tuple[str, str, list[dict[str, Any]], list[Panel]]:
         ts("HTTP requests by status class",
            t(f"sum by (status) (rate(txbroker_http_requests_total[{RI}]))", "{{status}}"), unit="reqps"),
         ts("HTTP server error ratio",
-           t(f'sum(rate(txbroker_http_requests_total{{status="5xx"}}[{RI}])) '
+           t(f'(sum(rate(txbroker_http_requests_total{{status="5xx"}}[{RI}])) or vector(0)) '
              f"/ sum(rate(txbroker_http_requests_total[{RI}]))", "5xx / all"), unit="percentunit"),
         ts("Leadership changes", t(f"sum by (topic) (increase(txbroker_raft_leader_changes_total[{RI}]))",
                                    "{{topic}}"), description="Partition leader elections seen, per topic"),
