@@ -144,7 +144,7 @@ class Scenario:
     committed: set[int] = field(default_factory=set)
 
     def expected(self, from_offset: int) -> list[int]:
-        out = []
+        out: list[int] = []
         for b in self.log.batches:
             if b.base_offset >= self.lso or b.header.is_control:
                 continue
