@@ -21,7 +21,7 @@ Terms (Kafka's):
 Thread-safety: ``apply``, ``write_snapshot``, ``read_snapshot`` and
 ``destroy`` run on the partition's Raft thread only, never concurrently with
 each other. ``read``, ``fetch``, ``aborted_transactions``, ``check_append``,
-``producer_entry``, ``ongoing_transactions``, ``oldest_batch_max_timestamp``
+``opens_transaction``, ``producer_entry``, ``ongoing_transactions``, ``oldest_batch_max_timestamp``
 and the properties may run concurrently on any other thread. That is safe
 because (a) the in-memory summary (offsets, LSO) is one immutable ``LogMeta``
 object whose reference is replaced only *after* its WriteBatch is written, so a
@@ -333,6 +333,19 @@ class PartitionLog:
                 f"producer {header.producer_id}: epoch {header.producer_epoch} is older than {entry.producer_epoch}",
             )
         return None
+
+    def opens_transaction(self, header: BatchHeader) -> bool:
+        """Whether ``header`` would open a transaction here, judged on applied state. Any thread.
+
+        KIP-890 verification hook: the leader asks the coordinator whether this
+        partition is in the producer's transaction before proposing such a
+        batch. Batches of a transaction already open here need no check; a
+        batch pipelined behind the one that opens it still answers True.
+        """
+        if not header.is_transactional:
+            return False
+        entry = self._producers.get(header.producer_id)
+        return entry is None or entry.current_txn_first_offset is None or header.producer_epoch > entry.producer_epoch
 
     # -- apply (Raft thread) ----------------------------------------------------------
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import crc32c
 import pytest
 
-from clients.protocol import BrokerError, ControlType, ErrorCode, control_type_of, decode_records
+from clients.protocol import BrokerError, ControlType, ErrorCode, control_type_of, decode_records, parse_batch
 from storage.commands import (
     RetentionResult,
     TxnMarkerCommand,
@@ -27,7 +27,7 @@ from storage.errors import StorageCorruptionError
 from storage.partition_log import PartitionLog
 from storage.store import NodeStore
 from storage.txn_index import AbortedTxn, collect_aborted, encode_aborted_txn, next_aborted_txn
-from tests.support.partition_txn import TxnLog, read_committed
+from tests.support.partition_txn import TxnLog, make_batch, read_committed
 
 PREFIX = b"P\x00\x00\x00\x07\x00\x00\x00\x00"
 OTHER = b"P\x00\x00\x00\x07\x00\x00\x00\x01"
@@ -128,6 +128,20 @@ def test_transactional_batch_after_the_marker_opens_a_new_txn(txn: TxnLog) -> No
     second = txn.ok(A, 1, 0, txn=True)
     assert txn.log.ongoing_transactions() == [(A, second.base_offset)]
     assert txn.log.last_stable_offset == second.base_offset
+
+
+def test_opens_transaction_tells_the_leader_which_batches_need_verification(txn: TxnLog) -> None:
+    # KIP-890: only a batch that would open a transaction here is checked with the coordinator.
+    def opens(pid: int, epoch: int, txn_flag: bool = True) -> bool:
+        return txn.log.opens_transaction(parse_batch(make_batch(pid, epoch, 0, txn=txn_flag)))
+
+    assert opens(A, 0)
+    assert not opens(A, 0, txn_flag=False)
+    txn.ok(A, 0, 0, txn=True)
+    assert not opens(A, 0)
+    assert opens(A, 1)  # a new epoch is a new transaction
+    txn.end(A, 1, COMMIT)
+    assert opens(A, 1)
 
 
 # -- markers (§4.3 WriteTxnMarkers, §7.1 control records) -----------------------------------
