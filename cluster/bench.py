@@ -506,16 +506,16 @@ def scenario_produce(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[s
         prof: list[Any] = []
 
         def on_window() -> None:
-            if opts.profile:
-                node = cluster.node_of_url(leaders[0])
-                out = Path(opts.profile).resolve() / f"produce-node{node}.txt"
-                out.parent.mkdir(parents=True, exist_ok=True)
-                prof.append((start_profile(cluster.procs[node].pid, opts.duration, out), out, node))
+            if opts.profile:  # every node: leaders and followers do different work
+                for node, proc in cluster.procs.items():
+                    out = Path(opts.profile).resolve() / f"produce-node{node}.txt"
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    prof.append((start_profile(proc.pid, opts.duration, out), out, node))
 
         res = asyncio.run(drive_produce(cluster, leaders, opts, on_window))
         for proc, out, node in prof:
             if proc is not None and proc.wait(60) == 0 and out.exists():
-                res["profile"] = {"node": node, "file": str(out), **summarize_profile(out)}
+                res.setdefault("profile", {})[f"node{node}"] = {"file": str(out), **summarize_profile(out)}
         if "fetch" in opts.scenarios:
             shared["fetch_cluster"] = asyncio.run(drive_fetch(cluster, opts))
     size, outstanding = res["batch_wire_bytes"], opts.baseline_outstanding
@@ -700,7 +700,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--failovers", type=int, default=3)
     p.add_argument("--idle-partitions", type=int, default=64)
     p.add_argument("--idle-seconds", type=float, default=20.0)
-    p.add_argument("--profile", metavar="DIR", help="py-spy the produce leader during the window; stacks to DIR")
+    p.add_argument("--profile", metavar="DIR", help="py-spy every node during the produce window; stacks to DIR")
     args = p.parse_args(argv)
     args.scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     return args

@@ -1,20 +1,29 @@
-"""One TCP connection between two nodes for one group: preamble + frames.
+"""One authenticated TCP connection between two nodes for one group.
 
 Replaces ``pysyncobj.tcp_connection.TcpConnection`` (same interface, used by
-``TCPTransport``):
+``TCPTransport``). Wire protocol (dialer = the member with the greater
+address, as in PySyncObj):
 
-* The dialing side first writes a raw *preamble* naming the group, so that
-  all groups of a node share one listening port (see ``raft.transport``).
-* Buffers are ``bytearray`` with a read/write offset: PySyncObj's
-  ``bytes +=`` and re-slicing is quadratic in the backlog.
-* No zlib (payloads are compact binary batches, and every node runs this code).
-* Frames: ``<u32 length><Fernet token>``; the token wraps
-  ``pickle(protocol 4)`` of the message. Frames longer than ``MAX_FRAME_BYTES``
-  close the connection before anything is buffered or decrypted.
+1. dialer -> acceptor, raw: preamble ``b"TXRB" | u8 version | u16 len |
+   group id | 16-byte dialer nonce``. The node's listener reads it and hands
+   the socket to the group (``raft.transport``).
+2. acceptor -> dialer, raw: its 16-byte nonce, then an encrypted *accept*
+   frame. Both sides now hold the session keys (``raft.frame_crypto``: they
+   bind the cluster secret, both nonces and the group id).
+3. Frames both ways: ``<u32 length><AES-GCM(pickle protocol 4 of a PySyncObj
+   message)>``. The dialer's first frame is its Raft address.
 
-Nothing received is unpickled before Fernet authenticates it (the transport
-refuses to run without a password), so an attacker without the password can
-at most make us close the connection.
+Authentication: the dialer reports itself connected (``onConnected``) only
+after the accept frame verified, the acceptor accepts messages only after
+they verified; a frame that fails verification closes the connection.
+Nothing is unpickled before it verified. Until a connection has verified one
+frame, frames are limited to ``HANDSHAKE_MAX_FRAME`` bytes and the handshake
+to ``handshake_timeout`` seconds (``check_deadline``), so an unauthenticated
+peer can neither make us buffer much nor hold a connection slot for long.
+
+Buffers are ``bytearray`` with a read/write offset (PySyncObj's ``bytes +=``
+and re-slicing is quadratic in the backlog); a frame is written straight to
+the socket when nothing is queued before it. No zlib.
 
 Thread-safety: not thread-safe. Every method runs in the owning group's
 ticker thread (the poller callbacks included).
@@ -22,7 +31,7 @@ ticker thread (the poller callbacks included).
 
 from __future__ import annotations
 
-import base64
+import enum
 import errno
 import logging
 import pickle
@@ -35,28 +44,35 @@ from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import CONNECTION_STATE, _getAddrType, set_keepalive
 
+from raft.frame_crypto import NONCE_BYTES, FrameAuthError, FrameCipher, new_nonce
+
 logger = logging.getLogger(__name__)
 
 PREAMBLE_MAGIC = b"TXRB"
-PREAMBLE_VERSION = 1
-PREAMBLE_HEADER = struct.Struct("<4sBH")  # magic, version, group id length
+PREAMBLE_VERSION = 2
+PREAMBLE_HEADER = struct.Struct("<4sBH")  # magic, version, group id length (then the id, then the nonce)
 MAX_GROUP_ID_BYTES = 1024
 MAX_FRAME_BYTES = 64 << 20
+HANDSHAKE_MAX_FRAME = 4096
+HANDSHAKE_TIMEOUT_S = 5.0
+ACCEPT_MESSAGE = b"TXRB accept v2"
 _LEN = struct.Struct("<I")
 _COMPACT_AT = 1 << 20
 _WOULD_BLOCK = (errno.EAGAIN, errno.EWOULDBLOCK)
 PICKLE_PROTOCOL = 4
 
 
-def encode_preamble(group_id: str) -> bytes:
+def encode_preamble(group_id: str, nonce: bytes) -> bytes:
     raw = group_id.encode("utf-8")
     if not raw or len(raw) > MAX_GROUP_ID_BYTES:
         raise ValueError(f"group id must be 1..{MAX_GROUP_ID_BYTES} bytes of UTF-8")
-    return PREAMBLE_HEADER.pack(PREAMBLE_MAGIC, PREAMBLE_VERSION, len(raw)) + raw
+    if len(nonce) != NONCE_BYTES:
+        raise ValueError(f"preamble nonce must be {NONCE_BYTES} bytes")
+    return PREAMBLE_HEADER.pack(PREAMBLE_MAGIC, PREAMBLE_VERSION, len(raw)) + raw + nonce
 
 
 class FrameBuffer:
-    """Incoming byte stream -> complete frames, with an amortised O(n) buffer."""
+    """Incoming byte stream -> raw prefix bytes and complete frames, with an amortised O(n) buffer."""
 
     __slots__ = ("_buf", "_pos", "max_frame")
 
@@ -71,8 +87,14 @@ class FrameBuffer:
     def __len__(self) -> int:
         return len(self._buf) - self._pos
 
+    def take(self, n: int) -> bytes | None:
+        """The next ``n`` raw bytes, or None if fewer are buffered."""
+        if len(self) < n:
+            return None
+        return self._consume(self._pos, self._pos + n)
+
     def next_frame(self) -> bytes | None:
-        """The next complete frame payload, or None if incomplete.
+        """The next complete frame body (without its length header), or None if incomplete.
 
         Raises ValueError if the announced length exceeds ``max_frame``.
         """
@@ -85,7 +107,12 @@ class FrameBuffer:
         end = pos + _LEN.size + length
         if len(buf) < end:
             return None
-        frame = bytes(buf[pos + _LEN.size : end])
+        return self._consume(pos + _LEN.size, end)
+
+    def _consume(self, start: int, end: int) -> bytes:
+        buf = self._buf
+        with memoryview(buf) as view:
+            data = bytes(view[start:end])
         if end == len(buf):
             buf.clear()
             self._pos = 0
@@ -94,7 +121,7 @@ class FrameBuffer:
             if end >= _COMPACT_AT and end * 2 >= len(buf):
                 del buf[:end]
                 self._pos = 0
-        return frame
+        return data
 
     def clear(self) -> None:
         self._buf = bytearray()
@@ -102,51 +129,99 @@ class FrameBuffer:
 
 
 def frame(payload: bytes) -> bytes:
+    """An unencrypted frame (tests and probes only: peers reject it)."""
     return _LEN.pack(len(payload)) + payload
 
 
+class Phase(enum.Enum):
+    """Handshake progress of one connection (see module doc)."""
+
+    CLOSED = 0
+    TCP_CONNECTING = 1  # dialer: TCP connect in progress, preamble queued
+    AWAIT_NONCE = 2  # dialer: preamble sent, waiting for the acceptor's nonce
+    AWAIT_ACCEPT = 3  # dialer: keys derived, waiting for the accept frame
+    AWAIT_HELLO = 4  # acceptor: keys derived, nonce + accept frame queued, nothing verified yet
+    ESTABLISHED = 5  # at least one frame from the peer verified
+
+
+VALID_PREVIOUS: dict[Phase, frozenset[Phase]] = {
+    Phase.CLOSED: frozenset(Phase),
+    Phase.TCP_CONNECTING: frozenset({Phase.CLOSED}),
+    Phase.AWAIT_NONCE: frozenset({Phase.TCP_CONNECTING}),
+    Phase.AWAIT_ACCEPT: frozenset({Phase.AWAIT_NONCE}),
+    Phase.AWAIT_HELLO: frozenset({Phase.CLOSED}),
+    Phase.ESTABLISHED: frozenset({Phase.AWAIT_ACCEPT, Phase.AWAIT_HELLO}),
+}
+
+_PYSYNCOBJ_STATE = {
+    Phase.CLOSED: CONNECTION_STATE.DISCONNECTED,
+    Phase.TCP_CONNECTING: CONNECTION_STATE.CONNECTING,
+    Phase.AWAIT_NONCE: CONNECTION_STATE.CONNECTING,
+    Phase.AWAIT_ACCEPT: CONNECTION_STATE.CONNECTING,
+    Phase.AWAIT_HELLO: CONNECTION_STATE.CONNECTED,
+    Phase.ESTABLISHED: CONNECTION_STATE.CONNECTED,
+}
+
+
 class FrameConnection:
-    """Drop-in replacement for PySyncObj's ``TcpConnection`` (see module doc)."""
+    """Drop-in replacement for PySyncObj's ``TcpConnection`` (see module doc).
+
+    Dialer: built without ``socket``, with ``group_id``; ``connect()`` starts
+    a fresh handshake each time. Acceptor: built with the accepted ``socket``
+    and the ``peer_nonce`` its preamble carried.
+    """
 
     def __init__(
         self,
         poller: Any,
+        *,
+        key: bytes,
+        group_id: str,
         onMessageReceived: Callable[[Any], None] | None = None,
         onConnected: Callable[[], None] | None = None,
         onDisconnected: Callable[[], None] | None = None,
         socket: socket.socket | None = None,
+        peer_nonce: bytes | None = None,
         timeout: float = 10.0,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT_S,
         sendBufferSize: int = 2**16,
         recvBufferSize: int = 2**16,
         keepalive: tuple[int, int, int] | None = None,
-        preamble: bytes | None = None,
         on_rejected: Callable[[str], None] | None = None,
     ) -> None:
-        self.sendRandKey: bytes | None = None
-        self.recvRandKey: bytes | None = None
-        self.recvLastTimestamp = 0
-        self.encryptor: Any = None
         self._poller = poller
+        self._key = key
+        self._group_id = group_id
         self._timeout = timeout
+        self._handshake_timeout = handshake_timeout
         self._keepalive = keepalive
         self._send_buffer_size = sendBufferSize
         self._recv_buffer_size = recvBufferSize
-        self._preamble = preamble
         self._on_rejected = on_rejected
         self._on_message = onMessageReceived
         self._on_connected = onConnected
         self._on_disconnected = onDisconnected
-        self._rbuf = FrameBuffer()
+        self._dialer = socket is None
+        self._nonce = b""
+        self._cipher: FrameCipher | None = None
+        self._rbuf = FrameBuffer(HANDSHAKE_MAX_FRAME)
         self._wbuf = bytearray()
         self._wpos = 0
-        self._last_read = monotonic_time()
+        self._last_read = self._handshake_started = monotonic_time()
         self._sock: Any = socket
         self._fileno: int | None = None
-        self._state = CONNECTION_STATE.DISCONNECTED
+        self._write_watched = False
+        self._phase = Phase.CLOSED
         if socket is not None:
+            if peer_nonce is None:
+                raise ValueError("an accepted connection needs the dialer's preamble nonce")
             self._fileno = socket.fileno()
-            self._state = CONNECTION_STATE.CONNECTED
             self._set_keepalive()
+            self._nonce = new_nonce()
+            self._cipher = FrameCipher(key, group_id, peer_nonce, self._nonce, dialer=False)
+            self._wbuf += self._nonce
+            self._wbuf += self._cipher.seal(ACCEPT_MESSAGE)
+            self._transition(Phase.AWAIT_HELLO)
             self._subscribe(POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.WRITE | POLL_EVENT_TYPE.ERROR)
 
     # --- PySyncObj TcpConnection interface ---------------------------------
@@ -162,7 +237,11 @@ class FrameConnection:
 
     @property
     def state(self) -> int:
-        return int(self._state)
+        return int(_PYSYNCOBJ_STATE[self._phase])
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
 
     def fileno(self) -> int | None:
         return self._fileno
@@ -171,10 +250,12 @@ class FrameConnection:
         return len(self._wbuf) - self._wpos
 
     def connect(self, host: str | None, port: int) -> bool:
-        if host is None:
+        if host is None or not self._dialer:
             return False
-        self._state = CONNECTION_STATE.DISCONNECTED
+        if self._phase is not Phase.CLOSED:
+            self.disconnect()
         self._fileno = None
+        self._cipher = None
         sock = socket.socket(_getAddrType(host), socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer_size)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._recv_buffer_size)
@@ -182,10 +263,11 @@ class FrameConnection:
         sock.setblocking(False)
         self._sock = sock
         self._set_keepalive()
-        self._rbuf.clear()
-        self._wbuf = bytearray(self._preamble or b"")
+        self._rbuf = FrameBuffer(HANDSHAKE_MAX_FRAME)
+        self._nonce = new_nonce()
+        self._wbuf = bytearray(encode_preamble(self._group_id, self._nonce))
         self._wpos = 0
-        self._last_read = monotonic_time()
+        self._last_read = self._handshake_started = monotonic_time()
         try:
             sock.connect((host, port))
         except OSError as e:
@@ -194,27 +276,33 @@ class FrameConnection:
                 self._sock = None
                 return False
         self._fileno = sock.fileno()
-        self._state = CONNECTION_STATE.CONNECTING
+        self._transition(Phase.TCP_CONNECTING)
         self._subscribe(POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.WRITE | POLL_EVENT_TYPE.ERROR)
         return True
 
     def send(self, message: Any) -> None:
-        if self._state == CONNECTION_STATE.DISCONNECTED:
+        if self._phase is Phase.CLOSED or self._cipher is None:
             return
-        if self.sendRandKey:
-            message = (self.sendRandKey, message)
-        data = pickle.dumps(message, PICKLE_PROTOCOL)
-        if self.encryptor:
-            data = self.encryptor.encrypt_at_time(data, int(monotonic_time()))
-        self._wbuf += _LEN.pack(len(data))
+        data = self._cipher.seal(pickle.dumps(message, PICKLE_PROTOCOL))
+        if self._wpos == len(self._wbuf) and self._sock is not None and not self._timed_out():
+            # Nothing queued: write straight from the frame, buffer only what the socket did not take.
+            try:
+                sent = self._sock.send(data)
+            except OSError as e:
+                if e.errno not in _WOULD_BLOCK:
+                    self.disconnect()
+                    return
+                sent = 0
+            if sent < len(data):
+                self._wbuf = bytearray(data[sent:]) if sent else bytearray(data)
+                self._wpos = 0
+                self._watch_writable(True)
+            return
         self._wbuf += data
         self._try_send()
 
     def disconnect(self) -> None:
-        need_callback = self._on_disconnected is not None and self._state != CONNECTION_STATE.DISCONNECTED
-        self.sendRandKey = None
-        self.recvRandKey = None
-        self.recvLastTimestamp = 0
+        need_callback = self._on_disconnected is not None and self._phase is not Phase.CLOSED
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -224,18 +312,43 @@ class FrameConnection:
         self._wbuf = bytearray()
         self._wpos = 0
         self._rbuf.clear()
-        self._state = CONNECTION_STATE.DISCONNECTED
+        self._cipher = None
+        self._transition(Phase.CLOSED)
         if need_callback and self._on_disconnected is not None:
             self._on_disconnected()
 
+    def check_deadline(self) -> None:
+        """Close the connection if its handshake or its peer's silence lasted too long.
+
+        Called periodically by the transport: a connection with no socket
+        events would otherwise never notice either.
+        """
+        if self._phase is Phase.CLOSED:
+            return
+        handshaking = self._phase is not Phase.ESTABLISHED
+        if handshaking and monotonic_time() - self._handshake_started > self._handshake_timeout:
+            self._reject(f"handshake not completed within {self._handshake_timeout}s")
+            return
+        self._timed_out()
+
     # --- internals ---------------------------------------------------------
+
+    def _transition(self, to: Phase) -> None:
+        if self._phase not in VALID_PREVIOUS[to]:
+            raise RuntimeError(f"raft connection: invalid transition {self._phase.name} -> {to.name}")
+        self._phase = to
 
     def _set_keepalive(self) -> None:
         if self._sock is not None and self._keepalive is not None:
             set_keepalive(self._sock, *self._keepalive)
 
     def _subscribe(self, mask: int) -> None:
+        self._write_watched = bool(mask & POLL_EVENT_TYPE.WRITE)
         self._poller.subscribe(self._fileno, self._on_event, mask)
+
+    def _watch_writable(self, on: bool) -> None:
+        if self._fileno is not None and on != self._write_watched:
+            self._subscribe(POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.ERROR | (POLL_EVENT_TYPE.WRITE if on else 0))
 
     def _on_event(self, descr: int, event: int) -> None:
         if descr != self._fileno:
@@ -245,7 +358,7 @@ class FrameConnection:
             return
         if self._timed_out():
             return
-        if self._state == CONNECTION_STATE.CONNECTING:
+        if self._phase is Phase.TCP_CONNECTING:
             if self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
                 self.disconnect()
                 return
@@ -253,30 +366,17 @@ class FrameConnection:
                 self._sock.getpeername()
             except OSError:
                 return  # not connected yet (stale event for a reused descriptor)
-            # The preamble must precede every PySyncObj frame on the wire.
-            self._try_send()
-            if self._state == CONNECTION_STATE.DISCONNECTED:
-                return
-            if self._on_connected is not None:
-                self._on_connected()
-            if self._state == CONNECTION_STATE.DISCONNECTED:
-                return
-            self._state = CONNECTION_STATE.CONNECTED
+            self._transition(Phase.AWAIT_NONCE)
             self._last_read = monotonic_time()
-            return
         if event & POLL_EVENT_TYPE.WRITE:
             self._try_send()
-            if self._state == CONNECTION_STATE.DISCONNECTED:
+            if self._phase is Phase.CLOSED:
                 return
-            mask = POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.ERROR
-            if self.getSendBufferSize() > 0:
-                mask |= POLL_EVENT_TYPE.WRITE
-            self._subscribe(mask)
         if event & POLL_EVENT_TYPE.READ:
             self._read_available()
-            while self._state != CONNECTION_STATE.DISCONNECTED:
+            while self._phase is not Phase.CLOSED:
                 message = self._parse_one()
-                if message is None:
+                if message is _NOTHING:
                     break
                 if self._on_message is not None:
                     self._on_message(message)
@@ -299,12 +399,18 @@ class FrameConnection:
             except OSError as e:
                 if e.errno not in _WOULD_BLOCK:
                     self.disconnect()
-                return
+                    return
+                break
             if sent <= 0:
-                return
+                break
             self._wpos += sent
-        self._wbuf.clear()
-        self._wpos = 0
+        if self._wpos == len(self._wbuf):
+            self._wbuf.clear()
+            self._wpos = 0
+        elif self._wpos >= _COMPACT_AT:
+            del self._wbuf[: self._wpos]
+            self._wpos = 0
+        self._watch_writable(self._wpos < len(self._wbuf))
 
     def _read_available(self) -> None:
         while self._sock is not None:
@@ -323,41 +429,51 @@ class FrameConnection:
         self._last_read = monotonic_time()
 
     def _parse_one(self) -> Any:
+        """The next verified message, or ``_NOTHING`` (incomplete, or the connection was closed)."""
+        if self._phase is Phase.AWAIT_NONCE:
+            peer_nonce = self._rbuf.take(NONCE_BYTES)
+            if peer_nonce is None:
+                return _NOTHING
+            self._cipher = FrameCipher(self._key, self._group_id, self._nonce, peer_nonce, dialer=True)
+            self._transition(Phase.AWAIT_ACCEPT)
         try:
-            data = self._rbuf.next_frame()
+            body = self._rbuf.next_frame()
         except ValueError as e:
             self._reject(str(e))
-            return None
-        if data is None:
-            return None
+            return _NOTHING
+        if body is None or self._cipher is None:
+            return _NOTHING
         try:
-            if self.encryptor:
-                # decrypt() authenticates the whole token (timestamp included); reading the
-                # timestamp from the token's first 9 bytes afterwards avoids Fernet's
-                # extract_timestamp, which base64-decodes and HMAC-checks the frame a second time.
-                plain = self.encryptor.decrypt(data)
-                timestamp = _fernet_timestamp(data)
-                if timestamp < self.recvLastTimestamp:
-                    raise ValueError("replayed or reordered frame")
-                self.recvLastTimestamp = timestamp
-                data = plain
-            message = pickle.loads(data)
-            if self.recvRandKey:
-                if not (isinstance(message, tuple) and len(message) == 2):
-                    raise ValueError(f"frame without session key: {message!r:.100}")
-                rand_key, message = message
-                if rand_key != self.recvRandKey:
-                    raise ValueError("wrong session key")
-        except Exception as e:  # any failure to authenticate or decode closes the connection
-            self._reject(f"{type(e).__name__}: {e}")
-            return None
-        return message
+            plain = self._cipher.open(body)
+        except FrameAuthError as e:
+            self._reject(str(e))
+            return _NOTHING
+        if self._phase is Phase.AWAIT_ACCEPT:
+            if plain != ACCEPT_MESSAGE:
+                self._reject("unexpected handshake frame")
+                return _NOTHING
+            self._established()
+            if self._on_connected is not None:
+                self._on_connected()
+            return self._parse_one() if self.state == CONNECTION_STATE.CONNECTED else _NOTHING
+        if self._phase is Phase.AWAIT_HELLO:
+            self._established()
+        try:
+            return pickle.loads(plain)
+        except Exception as e:  # a verified peer sent something undecodable: drop the connection
+            self._reject(f"undecodable frame: {type(e).__name__}: {e}")
+            return _NOTHING
+
+    def _established(self) -> None:
+        self._transition(Phase.ESTABLISHED)
+        self._rbuf.max_frame = MAX_FRAME_BYTES
 
     def _reject(self, why: str) -> None:
         logger.warning(
-            "raft connection rejected (fd %s, %s): %s",
+            "raft connection rejected (fd %s, %s, group %r): %s",
             self._fileno,
-            "outgoing" if self._preamble else "incoming",
+            "outgoing" if self._dialer else "incoming",
+            self._group_id,
             why,
         )
         if self._on_rejected is not None:
@@ -365,6 +481,4 @@ class FrameConnection:
         self.disconnect()
 
 
-def _fernet_timestamp(token: bytes) -> int:
-    """The timestamp of a Fernet token: bytes 1..9 of its base64url decoding (first 12 chars)."""
-    return int.from_bytes(base64.urlsafe_b64decode(bytes(token[:12]))[1:9], "big")
+_NOTHING: Any = object()

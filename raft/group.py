@@ -39,6 +39,7 @@ from raft.errors import (
     RaftError,
     RaftTimeoutError,
 )
+from raft.frame_crypto import cluster_key
 from raft.settings import GroupStatus, LeadershipEvent, RaftSettings
 from raft.state_machine import NOOP_COMMAND, StateMachine
 from raft.ticker import ProxyPoller, TickerShard
@@ -77,7 +78,7 @@ def _fatal_corrupt_snapshot(group_id: str, path: str, exc: BaseException) -> Non
 fatal_corrupt_snapshot: Callable[[str, str, BaseException], None] = _fatal_corrupt_snapshot
 
 
-class _GroupSyncObj(SyncObj):  # type: ignore[misc]  # PySyncObj is untyped
+class _GroupSyncObj(patches.CoalescedAppendEntries, SyncObj):  # type: ignore[misc]  # PySyncObj is untyped
     """The SyncObj of one group; its single replicated method applies a command."""
 
     def __init__(self, owner: RaftGroup, *args: Any, **kwargs: Any) -> None:
@@ -128,7 +129,6 @@ class RaftGroup:
         s = self._settings
         conf = SyncObjConf(
             autoTick=False,
-            password=s.password,
             appendEntriesUseBatch=False,
             appendEntriesPeriod=s.heartbeat_s,
             raftMinTimeout=s.election_timeout_min_s,
@@ -157,7 +157,12 @@ class RaftGroup:
 
     def _construct(self) -> None:
         os.makedirs(self.data_dir, exist_ok=True)
-        transport_class = functools.partial(SharedPortTransport, group_id=self.group_id, on_rejected=self._on_rejected)
+        transport_class = functools.partial(
+            SharedPortTransport,
+            group_id=self.group_id,
+            key=cluster_key(self._settings.password),
+            on_rejected=self._on_rejected,
+        )
         others = [m for m in self.members if m != self.self_address]
         with patches.constructing_with_poller(ProxyPoller(self._shard, self.group_id)):
             self._so = _GroupSyncObj(self, self.self_address, others, self._conf(), transportClass=transport_class)

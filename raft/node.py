@@ -202,7 +202,7 @@ class RaftNode:
             raise RaftError("RaftNode is not started")
         return self._shards[zlib.crc32(group_id.encode("utf-8")) % len(self._shards)]
 
-    def _dispatch(self, group_id: str, sock: socket.socket) -> bool:
+    def _dispatch(self, group_id: str, dialer_nonce: bytes, sock: socket.socket) -> bool:
         """Listener thread: hand an accepted socket to its group's shard."""
         group = self._groups.get(group_id)
         if group is None:
@@ -214,7 +214,7 @@ class RaftNode:
                 sock.close()
                 return
             try:
-                patches.transport_of(so).adopt_incoming(sock)
+                patches.transport_of(so).adopt_incoming(sock, dialer_nonce)
             except Exception:
                 logger.exception("group %r: cannot adopt incoming connection", group_id)
                 sock.close()

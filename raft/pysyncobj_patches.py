@@ -10,14 +10,18 @@ Patches (``apply()``, idempotent, run before any SyncObj is built):
   ``bytes`` as latin-1 text, ~40x slower for binary payloads. All nodes run it.
 * ``pysyncobj.syncobj.createPoller`` returns the ticker shard's proxy poller
   while a shard is constructing a group (thread-local), else the original.
-* ``pysyncobj.syncobj.getEncryptor`` is memoised: PBKDF2 costs ~25 ms per
-  SyncObj otherwise, paid on the thread that adds the group.
 * ``FileJournal.setRaftCommitIndex`` only marks the meta dirty when the
   index changed (otherwise every idle group rewrites its .meta each second).
 * ``MetaStorer.getMeta`` closes its file and fails on an unreadable meta
   file instead of silently forgetting the persisted term and vote.
 * ``Serializer`` closes the snapshot files it streams to followers (it
   leaked one file handle per snapshot transfer).
+* ``CoalescedAppendEntries`` (a SyncObj mixin): in non-batch mode PySyncObj
+  sends one AppendEntries per command it takes off the submit queue; the
+  mixin sends once after the queue is drained, so a burst of N queued
+  commands becomes one message per follower (split at
+  ``appendEntriesBatchSizeBytes``), while a lone command still goes out in
+  the same tick it was queued.
 * a logging filter demotes the "truncating already-applied log entries"
   CRITICAL (raised by PySyncObj's duplicate retransmission, reference 4.4) to
   a WARNING and counts it in ``TRUNCATION_WARNINGS``.
@@ -26,11 +30,10 @@ Patches (``apply()``, idempotent, run before any SyncObj is built):
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -81,14 +84,6 @@ def _create_poller(poller_type: str) -> Any:
     if proxy is not None:
         return proxy
     return _original_create_poller(poller_type)
-
-
-_original_get_encryptor: Callable[[Any], Any] = _psc_syncobj.getEncryptor
-
-
-@functools.lru_cache(maxsize=16)
-def _cached_encryptor(password: str | bytes) -> Any:
-    return _original_get_encryptor(password)
 
 
 _original_set_commit = _psc_journal.FileJournal.setRaftCommitIndex
@@ -157,6 +152,39 @@ def close_serializer_files(so: Any) -> None:
     serializer._Serializer__incomingTransmissionFile = None
 
 
+class CoalescedAppendEntries:
+    """SyncObj mixin: one AppendEntries round per drain of the submit queue (see module doc).
+
+    List it before ``SyncObj`` in the bases. Ticker thread only.
+    """
+
+    _coalesce_depth = 0
+    _coalesced_pending = 0
+    # Flush at least this often while draining, so a long drain cannot delay
+    # replication of the commands already appended.
+    COALESCE_MAX_ENTRIES = 64
+
+    def _checkCommandsToApply(self) -> None:
+        self._coalesce_depth += 1
+        try:
+            super()._checkCommandsToApply()  # type: ignore[misc]  # SyncObj provides it
+        finally:
+            self._coalesce_depth -= 1
+        if self._coalesce_depth == 0 and self._coalesced_pending:
+            self._flush_append_entries()
+
+    def _SyncObj__sendAppendEntries(self) -> None:  # overrides the name-mangled SyncObj.__sendAppendEntries
+        if self._coalesce_depth:
+            self._coalesced_pending += 1
+            if self._coalesced_pending < self.COALESCE_MAX_ENTRIES:
+                return
+        self._flush_append_entries()
+
+    def _flush_append_entries(self) -> None:
+        self._coalesced_pending = 0
+        _psc_syncobj.SyncObj._SyncObj__sendAppendEntries(self)
+
+
 def apply() -> None:
     """Install all patches (idempotent, thread-safe)."""
     global _applied
@@ -166,7 +194,6 @@ def apply() -> None:
         audit()
         _psc_pickle.__dict__["__protocol"] = PICKLE_PROTOCOL
         _psc_syncobj.createPoller = _create_poller
-        _psc_syncobj.getEncryptor = _cached_encryptor
         _psc_journal.FileJournal.setRaftCommitIndex = _set_raft_commit_index
         _psc_journal.MetaStorer.getMeta = _get_meta
         _psc_serializer.Serializer.getTransmissionData = _get_transmission_data
@@ -245,12 +272,13 @@ def audit() -> None:
         problems.append(f"pysyncobj version {ver.VERSION} != audited 0.3.17")
     if "__protocol" not in _psc_pickle.__dict__:
         problems.append("pysyncobj.pickle.__protocol missing")
-    for name in ("createPoller", "getEncryptor", "PipeNotifier", "SyncObj", "replicated"):
+    for name in ("createPoller", "PipeNotifier", "SyncObj", "replicated"):
         if not hasattr(_psc_syncobj, name):
             problems.append(f"pysyncobj.syncobj.{name} missing")
     so_cls = _psc_syncobj.SyncObj
     for name in (
         "_SyncObj__sendAppendEntries",
+        "_checkCommandsToApply",
         "_SyncObj__onMessageReceived",
         "_SyncObj__loadDumpFile",
         "doTick",
@@ -294,7 +322,7 @@ def audit() -> None:
     if not hasattr(pn.PipeNotifier, "_PipeNotifier__onNewNotification"):
         problems.append("PipeNotifier internals changed")
     src = _psc_syncobj.SyncObj.__init__.__code__.co_names
-    for name in ("createPoller", "getEncryptor", "PipeNotifier"):
+    for name in ("createPoller", "PipeNotifier"):
         if name not in src:
             problems.append(f"SyncObj.__init__ no longer calls {name}")
     if problems:

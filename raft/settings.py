@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 class RaftSettings:
     """Per-node Raft settings, applied to every group of the node.
 
-    ``password`` is PySyncObj's Fernet password: every Raft frame is encrypted
-    and authenticated with it, so it must be non-empty and the same on all nodes.
+    ``password`` is the cluster secret: every Raft frame is encrypted and
+    authenticated with keys derived from it (``raft.frame_crypto``), so it must
+    be non-empty and the same on all nodes.
     """
 
     password: str

@@ -18,7 +18,7 @@ reader restores the machine at the *state* index so later entries at or
 below it are skipped, never applied twice.
 
 The raftData pickle is only ever read from a local file or from a snapshot
-streamed over an authenticated (Fernet) connection, and only after the
+streamed over an authenticated (AES-GCM) connection, and only after the
 SHA-256 trailer verified. The file is fsynced before PySyncObj renames it.
 """
 

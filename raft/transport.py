@@ -1,20 +1,17 @@
 """Many groups, one listening port: the per-group transport and the node listener.
 
-Wire protocol of one connection (dialer = the member with the greater
-address, as in PySyncObj):
-
-1. dialer -> acceptor: preamble ``b"TXRB" | u8 version | u16 len | group id``
-   (raw, unauthenticated; it only selects which group's transport receives
-   the socket).
-2. PySyncObj's own handshake, unchanged: random session keys, then the
-   dialer's address, all inside Fernet frames (``raft.connection``).
-3. Raft messages.
+Wire protocol of one connection: see ``raft.connection`` (raw preamble with
+the group id and the dialer's nonce, the acceptor's nonce, then AES-GCM
+frames under session keys bound to the cluster secret, both nonces and the
+group id). On top of it PySyncObj's own (unencrypted-mode) handshake: the
+dialer's first message is its Raft address, which must name a voter of the
+group.
 
 ``Listener`` (one per node, own thread) accepts, reads the preamble with a
-bounded length and a short deadline, and hands the socket to the owning
-group's ticker shard; garbage, unknown groups and slow peers are closed.
-``SharedPortTransport`` (one per group) is a ``TCPTransport`` without a
-server socket whose connections are ``FrameConnection``.
+bounded length and a short deadline, and hands the socket and nonce to the
+owning group's ticker shard; garbage, unknown groups and slow peers are
+closed. ``SharedPortTransport`` (one per group) is a ``TCPTransport``
+without a server socket whose connections are ``FrameConnection``.
 """
 
 from __future__ import annotations
@@ -38,19 +35,22 @@ from raft.connection import (
     PREAMBLE_MAGIC,
     PREAMBLE_VERSION,
     FrameConnection,
-    encode_preamble,
 )
+from raft.frame_crypto import NONCE_BYTES
 
 logger = logging.getLogger(__name__)
 
 PREAMBLE_DEADLINE_S = 5.0
+DEADLINE_CHECK_PERIOD_S = 0.5
 
 
 class SharedPortTransport(TCPTransport):  # type: ignore[misc]  # PySyncObj is untyped
     """``TCPTransport`` whose server socket is the node's shared ``Listener``.
 
     Construct through ``functools.partial(SharedPortTransport, group_id=..,
-    on_rejected=..)`` passed as SyncObj's ``transportClass``.
+    key=.., on_rejected=..)`` passed as SyncObj's ``transportClass``; ``key``
+    is ``raft.frame_crypto.cluster_key(secret)``. The SyncObj must have no
+    PySyncObj password: this transport authenticates every frame itself.
     """
 
     def __init__(
@@ -60,12 +60,16 @@ class SharedPortTransport(TCPTransport):  # type: ignore[misc]  # PySyncObj is u
         otherNodes: Any,
         *,
         group_id: str,
+        key: bytes,
         on_rejected: Callable[[str], None] | None = None,
     ) -> None:
-        if syncObj.encryptor is None:
-            raise ValueError("SharedPortTransport requires a password (Fernet authentication)")
+        if len(key) != 32:
+            raise ValueError("SharedPortTransport needs the 32-byte cluster key (Raft traffic must be authenticated)")
+        if syncObj.encryptor is not None:
+            raise ValueError("SharedPortTransport authenticates frames itself: do not set a PySyncObj password")
         # Set before super().__init__, which calls addNode().
-        self._preamble = encode_preamble(group_id)
+        self._key = key
+        self._next_deadline_check = 0.0
         self._group_id = group_id
         self._on_rejected = on_rejected
         super().__init__(syncObj, selfNode, otherNodes)
@@ -79,18 +83,30 @@ class SharedPortTransport(TCPTransport):  # type: ignore[misc]  # PySyncObj is u
             self._ready = True
             self._bindOverEvent.set()
 
-    def _new_connection(self, sock: socket.socket | None = None) -> FrameConnection:
+    def _new_connection(self, sock: socket.socket | None = None, peer_nonce: bytes | None = None) -> FrameConnection:
         conf = self._syncObj.conf
         return FrameConnection(
-            poller=self._syncObj._poller,
+            self._syncObj._poller,
+            key=self._key,
+            group_id=self._group_id,
             socket=sock,
+            peer_nonce=peer_nonce,
             timeout=conf.connectionTimeout,
             sendBufferSize=conf.sendBufferSize,
             recvBufferSize=conf.recvBufferSize,
             keepalive=conf.tcp_keepalive,
-            preamble=None if sock is not None else self._preamble,
             on_rejected=self._on_rejected,
         )
+
+    def _onTick(self) -> None:
+        # Handshake deadlines and silent peers: a connection without socket
+        # events would never check them itself.
+        now = time.monotonic()
+        if now >= self._next_deadline_check:
+            self._next_deadline_check = now + DEADLINE_CHECK_PERIOD_S
+            for conn in [*self._connections.values(), *self._unknownConnections]:
+                conn.check_deadline()
+        super()._onTick()
 
     def addNode(self, node: Any) -> None:
         # Mirrors TCPTransport.addNode with our connection class.
@@ -98,23 +114,22 @@ class SharedPortTransport(TCPTransport):  # type: ignore[misc]  # PySyncObj is u
         self._nodeAddrToNode[node.address] = node
         if self._shouldConnect(node):
             conn = self._new_connection()
-            conn.encryptor = self._syncObj.encryptor
             conn.setOnConnectedCallback(functools.partial(self._onOutgoingConnected, conn))
             conn.setOnMessageReceivedCallback(functools.partial(self._onMessageReceived, node))
             conn.setOnDisconnectedCallback(functools.partial(self._onDisconnected, conn))
             self._connections[node] = conn
 
-    def adopt_incoming(self, sock: socket.socket) -> None:
+    def adopt_incoming(self, sock: socket.socket, peer_nonce: bytes) -> None:
         """Take over an accepted socket whose preamble named this group (ticker thread)."""
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._onNewIncomingConnection(self._new_connection(sock))
+        self._onNewIncomingConnection(self._new_connection(sock, peer_nonce))
 
     def _onIncomingMessageReceived(self, conn: Any, message: Any) -> None:
-        # After the key exchange the peer must name a voter of this group.
+        # The first (authenticated) message must name a voter of this group.
         # PySyncObj would also accept 'readonly' and admin utility commands;
         # neither is part of our protocol.
-        if conn.sendRandKey and not (isinstance(message, str) and message in self._nodeAddrToNode):
+        if not (isinstance(message, str) and message in self._nodeAddrToNode):
             if self._on_rejected is not None:
                 self._on_rejected(f"unknown peer identity {message!r:.80}")
             conn.disconnect()
@@ -147,7 +162,7 @@ class SharedPortTransport(TCPTransport):  # type: ignore[misc]  # PySyncObj is u
 class Listener:
     """The node's one Raft port: accept, read the preamble, dispatch.
 
-    ``dispatch(group_id, sock)`` is called on the listener thread and must
+    ``dispatch(group_id, dialer_nonce, sock)`` is called on the listener thread and must
     return quickly: True if it took ownership of ``sock``, False to close it.
     """
 
@@ -155,7 +170,7 @@ class Listener:
         self,
         host: str,
         port: int,
-        dispatch: Callable[[str, socket.socket], bool],
+        dispatch: Callable[[str, bytes, socket.socket], bool],
         on_rejected: Callable[[str], None],
     ) -> None:
         self._dispatch = dispatch
@@ -246,11 +261,11 @@ class Listener:
 
     def _read_preamble(self, sock: socket.socket) -> None:
         buf, _ = self._pending[sock]
-        # Read exactly the preamble: the bytes after it belong to PySyncObj.
+        # Read exactly the preamble: the bytes after it belong to the group's connection.
         need = PREAMBLE_HEADER.size - len(buf)
         if need <= 0:
             magic, version, length = PREAMBLE_HEADER.unpack_from(buf)
-            need = PREAMBLE_HEADER.size + length - len(buf)
+            need = PREAMBLE_HEADER.size + length + NONCE_BYTES - len(buf)
         try:
             chunk = sock.recv(need)
         except BlockingIOError:
@@ -271,17 +286,19 @@ class Listener:
         if not 0 < length <= MAX_GROUP_ID_BYTES:
             self._drop(sock, "bad preamble group id length")
             return
-        if len(buf) < PREAMBLE_HEADER.size + length:
+        id_end = PREAMBLE_HEADER.size + length
+        if len(buf) < id_end + NONCE_BYTES:
             return
         try:
-            group_id = bytes(buf[PREAMBLE_HEADER.size :]).decode("utf-8")
+            group_id = bytes(buf[PREAMBLE_HEADER.size : id_end]).decode("utf-8")
         except UnicodeDecodeError:
             self._drop(sock, "group id is not UTF-8")
             return
+        nonce = bytes(buf[id_end : id_end + NONCE_BYTES])
         self._sel.unregister(sock)
         del self._pending[sock]
         try:
-            taken = self._dispatch(group_id, sock)
+            taken = self._dispatch(group_id, nonce, sock)
         except Exception:
             logger.exception("raft listener dispatch failed for group %r", group_id)
             taken = False

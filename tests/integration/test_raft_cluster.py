@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 import pathlib
 import pickle
 import socket
 import time
+from collections.abc import Callable
 
 import pytest
-from pysyncobj.encryptor import getEncryptor
 
 from raft import NotLeaderError, RaftApplyError, RaftSettings
 from raft import pysyncobj_patches as patches
-from raft.connection import encode_preamble, frame
+from raft.connection import ACCEPT_MESSAGE, PREAMBLE_HEADER, Phase, encode_preamble
+from raft.frame_crypto import NONCE_BYTES, FrameCipher, cluster_key, new_nonce
 from tests.raft_support.cluster import PASSWORD, Cluster, eventually, run
 
 pytestmark = pytest.mark.integration
@@ -192,6 +192,15 @@ def test_transfer_leadership_moves_the_leader(tmp_path: pathlib.Path) -> None:
     run(scenario)
 
 
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "closed early"
+        data += chunk
+    return data
+
+
 def _read_until_closed(sock: socket.socket, timeout: float) -> bool:
     sock.settimeout(timeout)
     try:
@@ -215,8 +224,8 @@ def test_wrong_password_peer_is_rejected_and_cannot_affect_group(tmp_path: pathl
             c.stop_node(2)
             impostor = dataclasses.replace(c.settings, password="wrong-password")
             c.start_node(2, settings=impostor)
-            leader = c.leader_index("a")
-            assert leader is not None and leader != 2
+            # (node 2 may have been the leader: nodes 0 and 1 then elect a new one)
+            await eventually(lambda: c.leader_index("a") in (0, 1), 10, "a leader among the honest nodes")
             assert await c.submit("a", b"add:k:1") == 2
             before = sum(n.rejected_connections for n in c.nodes[:2] if n is not None)
             await eventually(
@@ -235,8 +244,11 @@ def test_wrong_password_peer_is_rejected_and_cannot_affect_group(tmp_path: pathl
             # A raw client with the wrong key: closed, nothing unpickled.
             host, port = c.addrs[0].split(":")
             with socket.create_connection((host, int(port)), timeout=5) as s:
-                token = getEncryptor("nope").encrypt_at_time(pickle.dumps(os.urandom(32)), 1)
-                s.sendall(encode_preamble("a") + frame(token))
+                nonce = new_nonce()
+                s.sendall(encode_preamble("a", nonce))
+                acceptor_nonce = _recv_exactly(s, NONCE_BYTES)
+                wrong = FrameCipher(cluster_key("nope"), "a", nonce, acceptor_nonce, dialer=True)
+                s.sendall(wrong.seal(pickle.dumps(c.addrs[2])))
                 assert _read_until_closed(s, 5)
         finally:
             c.close()
@@ -255,7 +267,7 @@ def test_garbage_and_unknown_group_are_closed_listener_survives(tmp_path: pathli
             assert node0 is not None
             probes = [
                 b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
-                encode_preamble("no-such-group") + b"\x00" * 16,
+                encode_preamble("no-such-group", b"\x00" * 16),
                 b"TXRB\x01\xff\xff" + b"x" * 100,  # group id length over the limit
                 b"TXRB\x07\x01\x00a",  # unknown version
             ]
@@ -277,3 +289,90 @@ def test_garbage_and_unknown_group_are_closed_listener_survives(tmp_path: pathli
             c.close()
 
     run(scenario)
+
+
+class _FakeAcceptor:
+    """A listening socket the test drives by hand, and one dialing FrameConnection."""
+
+    def __init__(self, handshake_timeout: float = 5.0) -> None:
+        from pysyncobj.poller import PollPoller
+
+        from raft.connection import FrameConnection
+
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.poller = PollPoller()
+        self.connected: list[bool] = []
+        self.disconnected: list[bool] = []
+        self.rejected: list[str] = []
+        self.conn = FrameConnection(
+            self.poller,
+            key=cluster_key(PASSWORD),
+            group_id="g",
+            onConnected=lambda: self.connected.append(True),
+            onDisconnected=lambda: self.disconnected.append(True),
+            handshake_timeout=handshake_timeout,
+            on_rejected=self.rejected.append,
+        )
+        assert self.conn.connect("127.0.0.1", self.server.getsockname()[1])
+        self.peer, _ = self.server.accept()
+        self.peer.settimeout(5)
+
+    def pump(self, until: Callable[[], bool], timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not until():
+            assert time.monotonic() < deadline, "condition not reached"
+            self.poller.poll(0.02)
+            self.conn.check_deadline()
+
+    def answer_preamble(self, secret: str) -> FrameCipher:
+        """Read the dialer's preamble, send our nonce; the acceptor-side cipher for ``secret``."""
+        self.pump(lambda: self.conn.phase is Phase.AWAIT_NONCE)
+        header = _recv_exactly(self.peer, PREAMBLE_HEADER.size)
+        length = PREAMBLE_HEADER.unpack(header)[2]
+        dialer_nonce = _recv_exactly(self.peer, length + NONCE_BYTES)[length:]
+        nonce = new_nonce()
+        self.peer.sendall(nonce)
+        return FrameCipher(cluster_key(secret), "g", dialer_nonce, nonce, dialer=False)
+
+    def close(self) -> None:
+        self.conn.disconnect()
+        self.peer.close()
+        self.server.close()
+
+
+def test_dialer_connects_only_after_the_accept_frame_verifies() -> None:
+    f = _FakeAcceptor()
+    try:
+        cipher = f.answer_preamble(PASSWORD)
+        f.pump(lambda: f.conn.phase is Phase.AWAIT_ACCEPT)
+        assert not f.connected
+        f.peer.sendall(cipher.seal(ACCEPT_MESSAGE))
+        f.pump(lambda: bool(f.connected))
+        f.conn.send("hello")
+        body = _recv_exactly(f.peer, 4 + len(pickle.dumps("hello", 4)) + 16)[4:]
+        assert pickle.loads(cipher.open(body)) == "hello"
+    finally:
+        f.close()
+
+
+def test_dialer_rejects_an_acceptor_without_the_secret() -> None:
+    f = _FakeAcceptor()
+    try:
+        impostor = f.answer_preamble("not-the-secret")
+        f.peer.sendall(impostor.seal(ACCEPT_MESSAGE))
+        f.pump(lambda: bool(f.disconnected))
+        assert not f.connected
+        assert "authentication" in f.rejected[0]
+        assert _read_until_closed(f.peer, 5)
+    finally:
+        f.close()
+
+
+def test_dialer_gives_up_on_a_silent_acceptor() -> None:
+    f = _FakeAcceptor(handshake_timeout=0.3)
+    try:
+        f.pump(lambda: bool(f.disconnected))
+        assert not f.connected
+        assert "handshake" in f.rejected[0]
+    finally:
+        f.close()

@@ -72,3 +72,46 @@ def test_truncation_critical_is_demoted_and_counted(caplog: object) -> None:
         log.removeHandler(handler)
     assert patches.TRUNCATION_WARNINGS.value == before + 1
     assert [r.levelname for r in records] == ["WARNING", "CRITICAL"]
+
+
+class _RecordingTransport(_NullTransport):
+    def __init__(self) -> None:
+        super().__init__(None, None, [])
+        self.sent: list[tuple[object, object]] = []
+
+    def send(self, node: object, message: object) -> bool:
+        self.sent.append((node, message))
+        return True
+
+
+class _Coalescing(patches.CoalescedAppendEntries, SyncObj):  # type: ignore[misc]
+    pass
+
+
+def test_queued_commands_go_out_in_one_append_entries_per_drain() -> None:
+    patches.apply()
+    transport = _RecordingTransport()
+    conf = SyncObjConf(autoTick=False, appendEntriesUseBatch=False, commandsWaitLeader=False)
+    so = _Coalescing("127.0.0.1:1", ["127.0.0.1:2"], conf, transport=transport)
+    try:
+        # Make this node a leader with its follower connected (PySyncObj internals, test only).
+        so._SyncObj__raftState = 2
+        so._SyncObj__raftLeader = so._SyncObj__selfNode
+        follower = next(iter(so._SyncObj__otherNodes))
+        so._SyncObj__connectedNodes.add(follower)
+        so._SyncObj__raftNextIndex[follower] = so._SyncObj__getCurrentLogIndex() + 1
+        for i in range(5):
+            so._applyCommand(b"cmd%d" % i, None)
+        so._checkCommandsToApply()
+        appends = [m for _, m in transport.sent if isinstance(m, dict) and m.get("type") == "append_entries"]
+        assert len(appends) == 1
+        assert [e[0] for e in appends[0]["entries"]] == [b"cmd%d" % i for i in range(5)]
+        # A lone command is still sent within the same drain.
+        so._applyCommand(b"alone", None)
+        so._checkCommandsToApply()
+        appends = [m for _, m in transport.sent if isinstance(m, dict) and m.get("type") == "append_entries"]
+        assert len(appends) == 2
+        assert [e[0] for e in appends[1]["entries"]] == [b"alone"]
+    finally:
+        so.destroy()
+        patches.close_pipe_notifier(so)
