@@ -527,9 +527,10 @@ class Broker:
                 raise self._not_leader(meta, partition)
             plog = rep.log
             wait = min(max_wait_ms, self.config.max_fetch_wait_ms) / 1000
+            read_committed = isolation == READ_COMMITTED
 
             def bound() -> int:
-                return plog.last_stable_offset if isolation == READ_COMMITTED else plog.high_watermark
+                return plog.last_stable_offset if read_committed else plog.high_watermark
 
             if offset < plog.log_start_offset or offset > plog.high_watermark:
                 raise BrokerError(
@@ -540,13 +541,20 @@ class Broker:
                 )
             if offset >= bound() and wait > 0 and not self.draining:
                 await rep.notifier.wait_until(lambda: offset < bound() or self.draining, wait)
-            upper = bound()
-            batches = plog.read(offset, max_bytes, upper) if offset < upper else []
+            info = plog.fetch(offset, max_bytes, read_committed=read_committed)
+            batches = info.batches
             outcome = "ok"
             nrec = sum(b.header.record_count for b in batches if not b.header.is_control)
             self.metrics.records_fetched.labels(topic).inc(nrec)
             self.metrics.bytes_fetched.labels(topic).inc(sum(len(b.data) for b in batches))
-            return FetchResult(plog.high_watermark, plog.last_stable_offset, plog.log_start_offset, upper, batches, [])
+            return FetchResult(
+                info.high_watermark,
+                info.last_stable_offset,
+                info.log_start_offset,
+                info.upper_bound,
+                batches,
+                info.aborted_transactions,
+            )
         finally:
             self.metrics.fetch_duration.labels(outcome).observe(time.perf_counter() - started)
 

@@ -36,6 +36,7 @@ from clients.protocol import (
     encode_fetch_batches,
     encode_produce_request,
 )
+from clients.txn_filter import visible_records
 
 from . import parsing
 from .broker import READ_COMMITTED, READ_UNCOMMITTED, Broker, PartitionProduceResult
@@ -415,7 +416,8 @@ class Api:
             out["batches"] = [_batch_json(b) for b in res.batches]
         else:
             out["records"] = [
-                r for b in res.batches if not b.header.is_control for r in _records_json(b) if r["offset"] >= offset
+                _record_json(off, rec)
+                for off, rec in visible_records(res.batches, res.aborted_transactions, from_offset=offset)
             ]
         out["next_offset"] = res.batches[-1].last_offset + 1 if res.batches else offset
         return web.json_response(out)
@@ -425,17 +427,18 @@ def _b64(v: bytes | None) -> str | None:
     return None if v is None else base64.b64encode(v).decode("ascii")
 
 
+def _record_json(offset: int, r: Record) -> dict[str, Any]:
+    return {
+        "offset": offset,
+        "timestamp": r.timestamp,
+        "key": _b64(r.key),
+        "value": _b64(r.value),
+        "headers": [{"key": k, "value": _b64(v)} for k, v in r.headers],
+    }
+
+
 def _records_json(b: StoredBatch) -> list[dict[str, Any]]:
-    return [
-        {
-            "offset": b.base_offset + i,
-            "timestamp": r.timestamp,
-            "key": _b64(r.key),
-            "value": _b64(r.value),
-            "headers": [{"key": k, "value": _b64(v)} for k, v in r.headers],
-        }
-        for i, r in enumerate(decode_records(b.data))
-    ]
+    return [_record_json(b.base_offset + i, r) for i, r in enumerate(decode_records(b.data))]
 
 
 def _batch_json(b: StoredBatch) -> dict[str, Any]:
