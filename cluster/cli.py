@@ -114,21 +114,36 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_status(args: argparse.Namespace) -> int:
-    meta = request_json("GET", args.bootstrap.rstrip("/") + "/v1/metadata")
-    print("NODE  URL                          ALIVE")
-    for n in meta["nodes"]:
-        mark = " (controller)" if n["id"] == meta.get("controller_leader") else ""
-        print(f"{n['id']:<5} {n['url']:<28} {n['alive']!s:<5}{mark}")
-    print()
-    print(f"{'TOPIC':<24} {'PART':>4} {'LEADER':>6} {'REPLICAS':<12} {'HW':>10} {'LSO':>10} {'START':>8}")
-    for t in meta["topics"]:
-        for p in t["partitions"]:
-            reps = ",".join(str(r) for r in p["replicas"])
-            print(
-                f"{t['name']:<24} {p['partition']:>4} {p['leader']!s:>6} {reps:<12} "
-                f"{p['high_watermark']:>10} {p['last_stable_offset']:>10} {p['log_start_offset']:>8}"
-            )
+    from .health import cluster_status
+
+    print(cluster_status(args.bootstrap))
     return 0
+
+
+def cmd_cluster_health(args: argparse.Namespace) -> int:
+    """Exit 0 when healthy, 10 when not (rpk's convention); --watch reprints on change."""
+    from .health import check_health
+
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+    shown = None
+    report = None
+    try:
+        while True:
+            report = check_health(args.bootstrap)
+            text = json.dumps(report.to_json(), sort_keys=True) if args.format == "json" else report.render()
+            done = not (args.watch or args.exit_when_healthy) or (args.exit_when_healthy and report.healthy)
+            done = done or (deadline is not None and time.monotonic() > deadline)
+            if (args.watch or done) and text != shown:
+                if args.watch and args.format != "json":
+                    print(time.strftime("%H:%M:%S"))
+                print(text, flush=True)
+                shown = text
+            if done:
+                break
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        pass
+    return 0 if report is not None and report.healthy else 10
 
 
 def cmd_node_start(args: argparse.Namespace) -> int:
@@ -277,9 +292,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness")
     p.set_defaults(fn=cmd_cluster_up)
-    p = cluster.add_parser("status", help="nodes, partitions, leaders and offsets")
+    p = cluster.add_parser("status", help="nodes, partitions, leaders, offsets and follower lag")
     bootstrap(p)
     p.set_defaults(fn=cmd_cluster_status)
+    p = cluster.add_parser("health", help="every node up, every partition led and fully replicated? (else exit 10)")
+    p.add_argument("--watch", action="store_true", help="keep checking and print the report whenever it changes")
+    p.add_argument("--exit-when-healthy", action="store_true", help="wait until healthy, then exit 0")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between checks")
+    p.add_argument("--timeout", type=float, help="give up (exit 10) after this many seconds")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    bootstrap(p)
+    p.set_defaults(fn=cmd_cluster_health)
 
     node = sub.add_parser("node", help="run a node").add_subparsers(dest="sub", required=True)
     p = node.add_parser("start", help="run one node in the foreground until SIGTERM/SIGINT")
