@@ -55,8 +55,8 @@ def _scrape_latency(urls: list[str]) -> dict[str, float]:
     out = {}
     for url in urls:
         m = scrape(url) or {}
-        name = "txbroker_http_request_duration_seconds_"
-        total, count = (sum(v for lv, v in m.get(name + k, []) if lv.get("route") == "/metrics") for k in ("sum", "count"))
+        h = "txbroker_http_request_duration_seconds_"
+        total, count = (sum(v for lv, v in m.get(h + k, []) if lv.get("route") == "/metrics") for k in ("sum", "count"))
         out[url] = total / count if count else float("nan")
     return out
 
