@@ -138,3 +138,14 @@ def test_event_loop_lag_is_observed_when_the_loop_is_blocked() -> None:
     v = values(m)
     assert v[("txbroker_event_loop_lag_seconds_count", ())] >= 2
     assert v[("txbroker_event_loop_lag_seconds_sum", ())] >= 0.5 - 0.25  # blocked time minus at most one interval
+
+
+def test_docs_describe_every_metric() -> None:
+    from tests.support.prometheus import REPO
+
+    doc = (REPO / "docs" / "metrics.md").read_text()
+    m = NodeMetrics()
+    families = {f.name + ("_total" if f.type == "counter" else "") for f in m.registry.collect()}
+    families |= {f.name for f in m._collector.describe()}
+    undocumented = sorted(n for n in families if f"`{n}`" not in doc)
+    assert not undocumented, f"docs/metrics.md does not describe {undocumented}"
