@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._loop_thread import LoopThread
-from .aio._batch import add_callback
+from .aio._batch import DeliveryTimeoutError, add_callback
 from .aio.producer import AsyncProducer, Callback
 from .protocol import BrokerError, ErrorCode
 from .records import RecordMetadata
@@ -160,29 +160,51 @@ class Producer:
                     if p.append(topic, partition, kb, vb, hb, nbytes, ts, fut, n):
                         await asyncio.sleep(0)  # a batch filled up: let the sender ship it
                 except BrokerError as exc:
-                    fut.set_exception(exc)
-                    self._release(nbytes)
+                    self._fail(fut, nbytes, exc)
+                except asyncio.CancelledError:
+                    self._fail(fut, nbytes, DeliveryTimeoutError("producer closed", maybe_written=False))
+                    raise
             # Reset before the last look: a send() after this line sees False and schedules a new pump.
             self._wakeup_pending = False
             if not handoff:
                 return
 
-    async def _drain_handoff(self) -> None:
-        while self._handoff or (self._pump_task is not None and not self._pump_task.done()):
-            if self._pump_task is None or self._pump_task.done():
-                self._start_pump()
-            assert self._pump_task is not None
-            await self._pump_task
+    def _fail(self, fut: concurrent.futures.Future[RecordMetadata], nbytes: int, exc: BrokerError) -> None:
+        if not fut.done():
+            fut.set_exception(exc)
+        self._release(nbytes)
+
+    async def _drain_handoff(self, timeout: float | None) -> None:
+        """Wait until every handed-off record is in the accumulator (at most ``timeout`` s)."""
+        async with asyncio.timeout(timeout):
+            while self._handoff or (self._pump_task is not None and not self._pump_task.done()):
+                if self._pump_task is None or self._pump_task.done():
+                    self._start_pump()
+                assert self._pump_task is not None
+                await asyncio.shield(self._pump_task)
 
     async def _flush(self, timeout: float | None) -> None:
         start = time.monotonic()
-        await self._drain_handoff()
+        try:
+            await self._drain_handoff(timeout)
+        except TimeoutError as exc:
+            raise BrokerError(
+                ErrorCode.REQUEST_TIMED_OUT, f"flush: records still waiting for metadata after {timeout}s"
+            ) from exc
         left = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
         await self._producer.flush(left)
 
     async def _close(self, timeout: float | None) -> None:
         start = time.monotonic()
-        await self._drain_handoff()
+        try:
+            await self._drain_handoff(timeout)
+        except TimeoutError:
+            if self._pump_task is not None:
+                self._pump_task.cancel()
+                await asyncio.gather(self._pump_task, return_exceptions=True)
+            while self._handoff:
+                *_, nbytes, _, fut = self._handoff.popleft()
+                self._fail(fut, nbytes, DeliveryTimeoutError("producer closed", maybe_written=False))
         left = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
         await self._producer.close(left)
 

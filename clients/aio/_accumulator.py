@@ -134,7 +134,15 @@ class RecordAccumulator:
         self._rng = rng or random.Random()
         self._rotate = 0
         self.no_leader: set[TopicPartition] = set()
-        self.stats = {"batches": 0, "retries": 0, "resequenced": 0, "expired": 0, "late_success": 0}
+        self.stats = {
+            "batches": 0,
+            "retries": 0,
+            "resequenced": 0,
+            "expired": 0,
+            "late_success": 0,
+            "records_acked": 0,
+            "bytes_acked": 0,
+        }
 
     # ---- appending -------------------------------------------------------------------------
 
@@ -201,6 +209,8 @@ class RecordAccumulator:
     def _report_success(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:
         if not batch.reported:
             self.buffered_bytes -= batch.size - BATCH_OVERHEAD
+            self.stats["records_acked"] += batch.record_count
+            self.stats["bytes_acked"] += batch.size - BATCH_OVERHEAD
             batch.complete(base_offset, log_append_time)
             self.on_report(batch)
 

@@ -1,0 +1,265 @@
+"""Client-driven produce throughput: the Python ``AsyncProducer`` vs the same records as JSON over raw HTTP.
+
+``run_client_produce_bench`` drives ``clients.aio.AsyncProducer`` (binary
+batches, idempotent, linger/batching, up to 5 batches in flight per
+partition) as fast as it accepts records. ``run_json_http_produce_bench``
+posts the same records to ``POST /v1/produce`` in its JSON form (base64
+values, API.md), as a script using plain HTTP would: plain writes (producer
+id -1, which spares the baseline the sequence bookkeeping), to each
+partition's leader, ``records_per_request`` records per request and
+``concurrency`` requests in flight.
+
+Both measure acknowledged records over ``duration_s`` after ``warmup_s`` and
+report client CPU, so the ratio between them is the value of the client. Run
+both against one cluster with ``python -m cluster.bench_client_produce``
+(starts a 3-node cluster like ``txbroker bench``) or call them with the URLs
+of a running cluster; the topic must exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from clients.aio.producer import AsyncProducer
+
+__all__ = ["run_client_produce_bench", "run_json_http_produce_bench"]
+
+
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return round(values[min(len(values) - 1, int(q * len(values)))] * 1000, 1)
+
+
+async def run_client_produce_bench(
+    urls: list[str],
+    topic: str,
+    duration_s: float,
+    record_size: int = 1024,
+    *,
+    warmup_s: float = 2.0,
+    linger_ms: int = 5,
+    batch_size: int = 65536,
+    buffer_memory: int = 4 * 1024 * 1024,
+) -> dict[str, Any]:
+    """Records/s and MB/s acknowledged through ``AsyncProducer``; every 64th record's latency is sampled."""
+    value = os.urandom(record_size)
+    latencies: list[float] = []
+    window = [False]
+
+    def sampler(sent_at: float) -> Any:
+        def done(fut: asyncio.Future[Any]) -> None:
+            if window[0] and not fut.cancelled() and fut.exception() is None:
+                latencies.append(time.perf_counter() - sent_at)
+
+        return done
+
+    async with AsyncProducer(urls, linger_ms=linger_ms, batch_size=batch_size, buffer_memory=buffer_memory) as p:
+        await p.partitions_for(topic)
+        loop_start = time.monotonic()
+        t0 = loop_start + warmup_s
+        t1 = t0 + duration_s
+        m0: dict[str, Any] = {}
+        c0 = 0.0
+        i = 0
+        now = loop_start
+        while now < t1:
+            fut = await p.send(topic, value)
+            i += 1
+            if i % 64 == 0:
+                fut.add_done_callback(sampler(time.perf_counter()))
+                now = time.monotonic()
+                if not window[0] and now >= t0:
+                    window[0] = True
+                    m0, c0, t0 = p.metrics(), _cpu(), now
+        m1, c1, t_end = p.metrics(), _cpu(), time.monotonic()
+        window[0] = False
+        await p.flush()
+    wall = t_end - t0
+    records = m1["records_acked"] - m0["records_acked"]
+    payload = records * record_size
+    return {
+        "seconds": round(wall, 2),
+        "records_per_s": round(records / wall),
+        "mb_per_s": round(payload / wall / 1e6, 2),
+        "p50_ms": _pct(latencies, 0.5),
+        "p99_ms": _pct(latencies, 0.99),
+        "client_cpu_pct": round(100 * (c1 - c0) / wall, 1),
+        "requests": m1["requests"] - m0["requests"],
+        "batches": m1["batches"] - m0["batches"],
+        "retries": m1["retries"] - m0["retries"],
+        "errors": m1["errors"],
+        "config": {"linger_ms": linger_ms, "batch_size": batch_size, "record_size": record_size, "idempotent": True},
+    }
+
+
+async def run_json_http_produce_bench(
+    urls: list[str],
+    topic: str,
+    duration_s: float,
+    record_size: int = 1024,
+    *,
+    warmup_s: float = 2.0,
+    records_per_request: int = 1,
+    concurrency_per_partition: int = 5,
+) -> dict[str, Any]:
+    """Records/s and MB/s acknowledged when the records go to ``POST /v1/produce`` as JSON."""
+    b64 = base64.b64encode(os.urandom(record_size)).decode()
+    errors: Counter[str] = Counter()
+    lat: list[float] = []
+    acked = [0]
+    window = [False]
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        leaders = await _find_leaders(session, urls, topic)
+        bodies = {
+            p: json.dumps(
+                {
+                    "acks": "all",
+                    "partitions": [
+                        {
+                            "topic": topic,
+                            "partition": p,
+                            "producer_id": -1,
+                            "producer_epoch": -1,
+                            "base_sequence": -1,
+                            "records": [{"value": b64}] * records_per_request,
+                        }
+                    ],
+                }
+            ).encode()
+            for p in leaders
+        }
+        stop = [False]
+
+        async def worker(p: int) -> None:
+            while not stop[0]:
+                started = time.perf_counter()
+                try:
+                    async with session.post(
+                        leaders[p] + "/v1/produce", data=bodies[p], headers={"Content-Type": "application/json"}
+                    ) as resp:
+                        body = await resp.json()
+                    code = body["partitions"][0].get("error_code") or "NONE"
+                except (aiohttp.ClientError, ValueError, KeyError, IndexError) as exc:
+                    code = type(exc).__name__
+                if code == "NONE":
+                    if window[0]:
+                        acked[0] += records_per_request
+                        lat.append(time.perf_counter() - started)
+                    continue
+                errors[code] += 1
+                await asyncio.sleep(0.05)
+                with contextlib.suppress(Exception):
+                    leaders.update(await _find_leaders(session, urls, topic))
+
+        tasks = [asyncio.create_task(worker(p)) for p in leaders for _ in range(concurrency_per_partition)]
+        try:
+            await asyncio.sleep(warmup_s)
+            window[0] = True
+            t0, c0 = time.monotonic(), _cpu()
+            await asyncio.sleep(duration_s)
+            window[0] = False
+            wall, cpu = time.monotonic() - t0, _cpu() - c0
+        finally:
+            stop[0] = True
+            await asyncio.gather(*tasks, return_exceptions=True)
+    return {
+        "seconds": round(wall, 2),
+        "records_per_s": round(acked[0] / wall),
+        "mb_per_s": round(acked[0] * record_size / wall / 1e6, 2),
+        "p50_ms": _pct(lat, 0.5),
+        "p99_ms": _pct(lat, 0.99),
+        "client_cpu_pct": round(100 * cpu / wall, 1),
+        "errors": dict(errors),
+        "config": {
+            "records_per_request": records_per_request,
+            "requests_in_flight": concurrency_per_partition * len(bodies),
+            "record_size": record_size,
+            "idempotent": False,
+        },
+    }
+
+
+async def _find_leaders(session: aiohttp.ClientSession, urls: list[str], topic: str) -> dict[int, str]:
+    deadline = time.monotonic() + 30
+    while True:
+        for url in urls:
+            with contextlib.suppress(aiohttp.ClientError, ValueError, KeyError):
+                async with session.get(f"{url}/v1/metadata") as resp:
+                    meta = await resp.json()
+                for t in meta["topics"]:
+                    if t["name"] == topic and all(p.get("leader_url") for p in t["partitions"]):
+                        return {int(p["partition"]): str(p["leader_url"]) for p in t["partitions"]}
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no leaders for every partition of {topic!r}")
+        await asyncio.sleep(0.1)
+
+
+def main(argv: list[str]) -> int:
+    """Start a 3-node cluster, then run both benches (and the JSON one batched too) against it."""
+    from .bench import TOPIC, BenchCluster, drive_produce
+
+    ap = argparse.ArgumentParser(prog="python -m cluster.bench_client_produce", description=__doc__.splitlines()[0])
+    ap.add_argument("--duration", type=float, default=10.0)
+    ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--record-size", type=int, default=1024)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--json-batch", type=int, default=64, help="records per request of the batched JSON run")
+    ap.add_argument("--ceiling-concurrency", type=int, default=1, choices=range(1, 6),
+                    help="batches in flight per partition of the raw ceiling run (txbroker bench produce)")  # fmt: skip
+    opts = ap.parse_args(argv)
+    out: dict[str, Any] = {"command": "python -m cluster.bench_client_produce " + " ".join(argv)}
+    with tempfile.TemporaryDirectory(prefix="txbroker-bench-client-") as tmp, BenchCluster(Path(tmp)) as cluster:
+        cluster.start()
+        urls = [c.url for c in cluster.configs]
+        for name in ("client", "json1", "jsonb"):
+            cluster.create_topic(name, opts.partitions)
+        args = (opts.duration, opts.record_size)
+        # The broker's ceiling: `txbroker bench produce`'s raw binary writer (64 KiB idempotent batches).
+        leaders = cluster.create_topic(TOPIC, opts.partitions)
+        ceiling = argparse.Namespace(idempotence=True, record_size=opts.record_size, batch_bytes=64 * 1024,
+                                     concurrency=opts.ceiling_concurrency, warmup=opts.warmup,
+                                     duration=opts.duration)  # fmt: skip
+        raw = asyncio.run(drive_produce(cluster, leaders, ceiling))
+        out["broker_ceiling_raw_binary"] = {k: raw[k] for k in ("mb_per_s", "records_per_s", "p50_ms", "p99_ms",
+                                                                "client_cpu_pct", "errors")}  # fmt: skip
+        out["broker_ceiling_raw_binary"]["batches_in_flight_per_partition"] = opts.ceiling_concurrency
+        out["python_producer"] = asyncio.run(run_client_produce_bench(urls, "client", *args, warmup_s=opts.warmup))
+        out["json_http_1_record_per_request"] = asyncio.run(
+            run_json_http_produce_bench(urls, "json1", *args, warmup_s=opts.warmup)
+        )
+        out[f"json_http_{opts.json_batch}_records_per_request"] = asyncio.run(
+            run_json_http_produce_bench(urls, "jsonb", *args, warmup_s=opts.warmup, records_per_request=opts.json_batch)
+        )
+    base = out["json_http_1_record_per_request"]["records_per_s"]
+    batched = out[f"json_http_{opts.json_batch}_records_per_request"]["records_per_s"]
+    mine = out["python_producer"]["records_per_s"]
+    top = out["broker_ceiling_raw_binary"]["records_per_s"]
+    out["producer_vs_ceiling"] = round(mine / top, 3) if top else None
+    out["speedup_vs_json_1_record"] = round(mine / base, 2) if base else None
+    out[f"speedup_vs_json_{opts.json_batch}_records"] = round(mine / batched, 2) if batched else None
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

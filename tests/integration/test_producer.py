@@ -1,0 +1,226 @@
+"""Producer and AsyncProducer against three real node processes: what lands where, callbacks, errors, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from clients import DeliveryTimeoutError, Producer
+from clients.aio import AsyncProducer
+from clients.partitioner import partition_for_key
+from clients.protocol import BrokerError, ErrorCode
+from clients.records import RecordMetadata
+from tests.support.cluster import LocalCluster, http
+from tests.support.exactly_once import assert_exactly_once_in_order, read_log
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path_factory.mktemp("producer"), 3)
+    try:
+        yield c.start()
+    finally:
+        c.close()
+
+
+_topics = iter(range(1_000_000))
+
+
+@pytest.fixture
+def topic(cluster: LocalCluster) -> str:
+    name = f"p{next(_topics)}"
+    cluster.create_topic(name, partitions=3)
+    return name
+
+
+def batches(c: LocalCluster, topic: str, partition: int) -> list[dict[str, Any]]:
+    """The partition's stored batches (``format=batches``) from its leader."""
+    leader = c.leader(topic, partition)
+    url = f"{c.url(leader)}/v1/topics/{topic}/partitions/{partition}/records?offset=0&format=batches"
+    status, body = http("GET", url)
+    assert status == 200, body
+    return list(body["batches"])
+
+
+# ---- sync ----------------------------------------------------------------------------------------------
+
+
+def test_keyed_records_land_on_murmur2_partitions_with_key_headers_and_timestamp(cluster, topic):
+    with Producer(cluster.urls) as p:
+        futs = [
+            p.send(topic, value=f"v{i}".encode(), key=f"k{i % 10}".encode(),
+                   headers=[("h", b"1"), ("n", None)], timestamp_ms=1_700_000_000_000 + i)
+            for i in range(300)
+        ]  # fmt: skip
+        p.flush(30)
+        mds = [f.result() for f in futs]
+    for i, md in enumerate(mds):
+        assert isinstance(md, RecordMetadata)
+        assert md.topic == topic and md.partition == partition_for_key(f"k{i % 10}".encode(), 3)
+        assert md.timestamp == 1_700_000_000_000 + i
+        assert md.serialized_key_size == len(f"k{i % 10}") and md.serialized_value_size == len(f"v{i}")
+    # the JSON fetch shows the same key, headers and timestamp at the reported offset
+    md = mds[7]
+    leader = cluster.leader(topic, md.partition)
+    status, body = http(
+        "GET", f"{cluster.url(leader)}/v1/topics/{topic}/partitions/{md.partition}/records?offset={md.offset}"
+    )
+    assert status == 200
+    rec = body["records"][0]
+    assert rec["offset"] == md.offset
+    assert base64.b64decode(rec["key"]) == b"k7" and base64.b64decode(rec["value"]) == b"v7"
+    assert rec["timestamp"] == 1_700_000_000_007
+    assert [h["key"] for h in rec["headers"]] == ["h", "n"]
+    # every record exactly once, in send order
+    for part in range(3):
+        sent = [f"v{i}".encode() for i, m in enumerate(mds) if m.partition == part]
+        acked = {f"v{i}".encode(): m for i, m in enumerate(mds) if m.partition == part}
+        assert_exactly_once_in_order(sent, acked, read_log(cluster, topic, part, len(sent)), f"{topic}-{part}")
+
+
+def test_batches_carry_producer_id_epoch_and_consecutive_sequences(cluster, topic):
+    with Producer(cluster.urls, batch_size=1024, linger_ms=1) as p:
+        futs = [p.send(topic, value=b"x" * 100, partition=1) for _ in range(50)]
+        p.flush(30)
+        pid = p.producer_id
+        assert all(f.result().partition == 1 for f in futs)
+    stored = batches(cluster, topic, 1)
+    assert len(stored) > 1, "batch_size did not split the records"
+    assert {b["producer_id"] for b in stored} == {pid} and {b["producer_epoch"] for b in stored} == {0}
+    seq = 0
+    for b in stored:
+        assert b["base_sequence"] == seq
+        seq += len(b["records"])
+    assert seq == 50
+
+
+def test_null_keys_stick_to_a_partition_until_its_batch_is_full(cluster, topic):
+    with Producer(cluster.urls, batch_size=2048, linger_ms=1000) as p:
+        futs = [p.send(topic, value=f"n{i:04d}".encode() + b"." * 200) for i in range(100)]
+        p.flush(30)
+        parts = [f.result().partition for f in futs]
+    assert len(set(parts)) > 1, "null keys never left the first partition"
+    runs = sum(1 for a, b in itertools.pairwise(parts) if a != b) + 1
+    assert runs <= 100 // 8, f"records hop between partitions instead of filling batches: {parts}"
+
+
+def test_non_idempotent_producer_writes_plain_batches(cluster, topic):
+    with Producer(cluster.urls, enable_idempotence=False, acks=1) as p:
+        md = p.send(topic, value=b"plain", partition=0).result(timeout=30)
+    assert md.offset == 0
+    [b] = batches(cluster, topic, 0)
+    assert (b["producer_id"], b["producer_epoch"], b["base_sequence"]) == (-1, -1, -1)
+
+
+def test_callbacks_serializers_and_buffer_backpressure(cluster, topic):
+    got: list[tuple[RecordMetadata | None, BaseException | None, str]] = []
+    done = threading.Event()
+
+    def cb(md: RecordMetadata | None, exc: BaseException | None) -> None:
+        got.append((md, exc, threading.current_thread().name))
+        if len(got) == 200:
+            done.set()
+
+    # a buffer far smaller than the data: send() blocks until batches are acknowledged
+    with Producer(cluster.urls, key_serializer=str.encode, value_serializer=lambda v: repr(v).encode(),
+                  buffer_memory=8 * 1024, batch_size=2048) as p:  # fmt: skip
+        for i in range(200):
+            p.send(topic, value={"i": i, "pad": "z" * 100}, key=str(i), callback=cb)
+        assert done.wait(30)
+        assert p.metrics()["buffered_bytes"] == 0
+    assert all(exc is None and md is not None for md, exc, _ in got)
+    assert {name for *_, name in got} == {"txbroker-producer"}  # callbacks run on the I/O thread
+
+
+def test_errors_are_broker_errors_with_codes(cluster, topic):
+    with Producer(cluster.urls, max_block_ms=500, max_request_size=10_000) as p:
+        # unknown topic: the future fails after max_block_ms of metadata refreshes
+        with pytest.raises(BrokerError) as ei:
+            p.send("no-such-topic", value=b"x").result(timeout=30)
+        assert ei.value.error_code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        # a partition the topic does not have
+        with pytest.raises(BrokerError) as ei:
+            p.send(topic, value=b"x", partition=7).result(timeout=30)
+        assert ei.value.error_code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        # a record larger than max_request_size fails at once, in the caller
+        with pytest.raises(BrokerError) as ei:
+            p.send(topic, value=b"x" * 20_000)
+        assert ei.value.error_code is ErrorCode.RECORD_TOO_LARGE
+        with pytest.raises(BrokerError) as ei:
+            p.send(topic, value="not bytes")
+        assert ei.value.error_code is ErrorCode.INVALID_REQUEST
+        assert p.send(topic, value=b"still fine").result(timeout=30).offset >= 0
+    with pytest.raises(BrokerError):
+        p.send(topic, value=b"after close")
+    with pytest.raises(BrokerError) as ei:
+        Producer(cluster.urls, transactional_id="t1").send(topic, value=b"x")
+    assert ei.value.error_code is ErrorCode.INVALID_TXN_STATE
+    with pytest.raises(BrokerError) as ei:
+        Producer(cluster.urls, acks=0)
+    assert ei.value.error_code is ErrorCode.INVALID_CONFIG
+
+
+def test_close_with_timeout_fails_what_cannot_be_delivered():
+    # Nothing listens on the bootstrap URL: the record can never be delivered
+    p = Producer("http://127.0.0.1:9", max_block_ms=60_000, request_timeout_ms=500, delivery_timeout_ms=60_000)
+    fut = p.send("t", value=b"x")
+    started = time.monotonic()
+    p.close(timeout=1.0)
+    assert time.monotonic() - started < 10
+    exc = fut.exception(timeout=5)
+    assert isinstance(exc, DeliveryTimeoutError) and exc.error_code is ErrorCode.REQUEST_TIMED_OUT
+    assert not exc.maybe_written
+
+
+# ---- async twin ----------------------------------------------------------------------------------------
+
+
+def test_async_producer_round_trip_callbacks_and_flush(cluster, topic):
+    seen: list[RecordMetadata | None] = []
+
+    async def run() -> tuple[list[RecordMetadata], RecordMetadata, int]:
+        async with AsyncProducer(cluster.urls, linger_ms=2) as p:
+            futs = [
+                await p.send(topic, value=f"a{i:04d}".encode(), key=f"k{i % 4}".encode(),
+                             callback=lambda md, exc: seen.append(md))
+                for i in range(1000)
+            ]  # fmt: skip
+            await p.flush(30)
+            assert all(f.done() for f in futs)
+            single = await p.send_and_wait(topic, b"last", b"k0")
+            assert await p.partitions_for(topic) == {0, 1, 2}
+            return [f.result() for f in futs], single, p.producer_id
+
+    mds, single, pid = asyncio.run(run())
+    assert pid >= 0 and len(seen) == 1000
+    assert single.partition == partition_for_key(b"k0", 3)
+    values = [f"a{i:04d}".encode() for i in range(1000)] + [b"last"]
+    mds.append(single)
+    for part in range(3):
+        sent = [v for v, m in zip(values, mds, strict=True) if m.partition == part]
+        acked = {v: m for v, m in zip(values, mds, strict=True) if m.partition == part}
+        assert_exactly_once_in_order(sent, acked, read_log(cluster, topic, part, len(sent)), f"{topic}-{part}")
+
+
+def test_async_send_to_an_unreachable_cluster_fails_after_max_block_ms():
+    async def run() -> float:
+        p = AsyncProducer("http://127.0.0.1:9", max_block_ms=300)
+        started = time.monotonic()
+        try:
+            with pytest.raises(BrokerError) as ei:
+                await p.send("t", b"x")
+            assert ei.value.error_code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return time.monotonic() - started
+        finally:
+            await p.close(1)
+
+    assert 0.2 < asyncio.run(run()) < 10
