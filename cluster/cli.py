@@ -11,9 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-from clients._http import request_json
 from clients.admin import Admin
 from clients.protocol import BrokerError
 
@@ -192,79 +190,15 @@ def cmd_topic_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    url = f"{args.bootstrap.rstrip('/')}/v1/topics/{quote(args.topic, safe='')}/records"
-    sent = 0
-    batch: list[dict[str, Any]] = []
+    from .client_commands import produce
 
-    def flush() -> None:
-        nonlocal sent, batch
-        if batch:
-            request_json("POST", url, {"format": "string", "records": batch})
-            sent += len(batch)
-            if sent % 10000 < len(batch) and sys.stderr.isatty():
-                print(f"\r{sent} records", end="", file=sys.stderr)
-            batch = []
-
-    for line in sys.stdin:
-        line = line.rstrip("\n")
-        if args.keyed:
-            key, _, value = line.partition("\t")
-            batch.append({"key": key, "value": value})
-        else:
-            batch.append({"value": line})
-        if len(batch) >= 500:
-            flush()
-    flush()
-    print(f"produced {sent} records to {args.topic}", file=sys.stderr)
-    return 0
+    return produce(args, sys.stdin.buffer, sys.stderr)
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
-    import base64
+    from .client_commands import consume
 
-    base = args.bootstrap.rstrip("/")
-    meta = request_json("GET", f"{base}/v1/topics/{quote(args.topic, safe='')}")
-    positions: dict[int, int] = {}
-    leaders: dict[int, str] = {}
-    for p in meta["partitions"]:
-        positions[p["partition"]] = p["log_start_offset"] if args.from_beginning else p["high_watermark"]
-        leaders[p["partition"]] = p.get("leader_url") or base
-    printed = 0
-    deadline = time.monotonic() + args.timeout if args.timeout else None
-    while args.max is None or printed < args.max:
-        got = 0
-        for part, pos in positions.items():
-            q = f"offset={pos}&isolation={args.isolation}&max_wait_ms={100 if len(positions) > 1 else 500}"
-            try:
-                res = request_json(
-                    "GET", f"{leaders[part]}/v1/topics/{quote(args.topic, safe='')}/partitions/{part}/records?{q}"
-                )
-            except BrokerError as exc:
-                if exc.retriable:
-                    meta = request_json("GET", f"{base}/v1/topics/{quote(args.topic, safe='')}")
-                    leaders = {p["partition"]: p.get("leader_url") or base for p in meta["partitions"]}
-                    continue
-                raise
-            for r in res["records"]:
-                value = base64.b64decode(r["value"]).decode("utf-8", "replace") if r["value"] is not None else ""
-                if args.print_key:
-                    key = base64.b64decode(r["key"]).decode("utf-8", "replace") if r["key"] is not None else ""
-                    print(f"{key}\t{value}")
-                else:
-                    print(value)
-                printed += 1
-                got += 1
-                if args.max is not None and printed >= args.max:
-                    break
-            positions[part] = res["next_offset"]
-            if args.max is not None and printed >= args.max:
-                break
-        sys.stdout.flush()
-        if deadline is not None and time.monotonic() > deadline:
-            break
-        if got == 0 and deadline is None and args.max is None and not args.follow:
-            break
-    return 0
+    return consume(args, sys.stdout.buffer, sys.stderr)
 
 
 # ---- parser --------------------------------------------------------------------------
@@ -330,19 +264,24 @@ def build_parser() -> argparse.ArgumentParser:
     bootstrap(p)
     p.set_defaults(fn=cmd_topic_delete)
 
-    p = sub.add_parser("produce", help="produce stdin lines as records")
+    p = sub.add_parser("produce", help="produce stdin lines as records (idempotent Python producer)")
     p.add_argument("topic")
     p.add_argument("--keyed", action="store_true", help="lines are key<TAB>value")
+    p.add_argument("--partition", type=int, help="write every record to this partition (default: by key)")
     bootstrap(p)
     p.set_defaults(fn=cmd_produce)
-    p = sub.add_parser("consume", help="print records")
+    p = sub.add_parser("consume", help="print records (value, or key<TAB>value with --print-key)")
     p.add_argument("topic")
-    p.add_argument("--from-beginning", action="store_true")
+    p.add_argument("--from-beginning", action="store_true", help="start at the log start (default: at the end)")
     p.add_argument("--isolation", choices=["read_committed", "read_uncommitted"], default="read_uncommitted")
-    p.add_argument("--max", type=int)
-    p.add_argument("--timeout", type=float, help="stop after this many seconds")
+    p.add_argument("--partition", type=int, help="read only this partition (default: all)")
+    p.add_argument("--max", type=int, help="exit after this many records")
+    p.add_argument(
+        "--timeout-ms", type=int, help="exit after this long without a record (default 2000; none with --max/--follow)"
+    )
+    p.add_argument("--timeout", type=float, help="exit after this many seconds in total")
     p.add_argument("--follow", action="store_true", help="keep waiting for new records")
-    p.add_argument("--print-key", action="store_true")
+    p.add_argument("--print-key", "--keyed", dest="print_key", action="store_true", help="print key<TAB>value")
     bootstrap(p)
     p.set_defaults(fn=cmd_consume)
 
