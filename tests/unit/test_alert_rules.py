@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -13,6 +15,7 @@ from tests.support.prometheus import (
     ALERTS_TEST,
     OPS,
     PROMETHEUS_SYNTHETIC,
+    REPO,
     alert_queries,
     metric_names,
     promtool,
@@ -85,6 +88,15 @@ def test_scrape_config_written_by_cluster_init_is_valid(tmp_path: Path) -> None:
     [job] = cfg["scrape_configs"]
     assert job["job_name"] == "txbroker" and job["static_configs"][0]["targets"] == [u[7:] for u in urls]
     assert cfg["rule_files"] == ["alerts.yml"]
+    # `txbroker cluster init` itself writes a config promtool accepts, with the rules beside it
+    init_dir = tmp_path / "init"
+    run = subprocess.run(
+        [sys.executable, "-m", "cluster", "cluster", "init", "--nodes", "3", "--dir", str(init_dir)],
+        capture_output=True, cwd=str(REPO), timeout=60, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr.decode()
+    res = promtool("check", "config", str(init_dir / "prometheus.yml"))
+    assert res.returncode == 0 and f"SUCCESS: {len(alert_queries())} rules found" in _output(res), _output(res)
     # the committed example is exactly what `txbroker cluster init` writes for the default ports
     assert (OPS / "prometheus" / "prometheus.yml").read_text() == render_prometheus_config(
         urls, rule_files=["alerts.yml"]
