@@ -1,13 +1,15 @@
 """What the clients hand back to users: ``RecordMetadata`` (producer) and ``ConsumerRecord`` (consumer).
 
 Field names follow kafka-python so code written against it reads the same
-values here. Both are frozen: a future's result or a polled record is a value,
-not a handle into client state.
+values here. Both are immutable: a future's result or a polled record is a
+value, not a handle into client state. ``RecordMetadata`` is a named tuple, as
+in kafka-python (and cheap to create: the producer makes one per record).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["ConsumerRecord", "Headers", "RecordMetadata", "TopicPartition"]
 
@@ -18,8 +20,7 @@ TopicPartition = tuple[str, int]
 """``(topic, partition)``: the key used everywhere a partition is named (``("in", 0)`` in API.md)."""
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
+class RecordMetadata(NamedTuple):
     """Where an acknowledged record landed (kafka-python's ``RecordMetadata``).
 
     ``timestamp`` is the record's create time in ms (what the producer put in

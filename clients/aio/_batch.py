@@ -45,6 +45,7 @@ __all__ = [
 ]
 
 _REC_HEAD = struct.Struct(">qi")  # timestamp, key_len
+_REC_NULL_KEY = struct.Struct(">qii")  # timestamp, key_len (-1), value_len
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _NO_HEADERS = b"\x00\x00"
@@ -192,23 +193,15 @@ class ProducerBatch:
         headers: bytes,
         sink: RecordSink,
     ) -> None:
-        parts = self._parts
+        vs = -1 if value is None else len(value)
         if key is None:
-            parts.append(_REC_HEAD.pack(timestamp, -1))
             ks = -1
+            self._parts += (_REC_NULL_KEY.pack(timestamp, -1, vs), value or b"", headers)
+            self.size += 16 + (vs if vs > 0 else 0) + len(headers)
         else:
             ks = len(key)
-            parts.append(_REC_HEAD.pack(timestamp, ks))
-            parts.append(key)
-        if value is None:
-            parts.append(_NULL_LEN)
-            vs = -1
-        else:
-            vs = len(value)
-            parts.append(_I32.pack(vs))
-            parts.append(value)
-        parts.append(headers)
-        self.size += 16 + max(ks, 0) + max(vs, 0) + len(headers)
+            self._parts += (_REC_HEAD.pack(timestamp, ks), key, _I32.pack(vs), value or b"", headers)
+            self.size += 16 + ks + (vs if vs > 0 else 0) + len(headers)
         if self.record_count == 0:
             self.first_ts = self.max_ts = timestamp
         elif timestamp > self.max_ts:
@@ -217,11 +210,23 @@ class ProducerBatch:
         self.thunks.append((sink, timestamp, ks, vs, len(headers) - 2))
 
     def seal_wire(self, producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool) -> None:
-        """Fix the batch's identity and bytes; every later attempt sends exactly these bytes."""
+        """Fix the batch's identity and bytes; every later attempt sends exactly these bytes.
+
+        The record parts are dropped once joined; a re-sequenced batch restamps
+        the header of its existing bytes instead.
+        """
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.base_sequence = base_sequence
-        head = BATCH_HEADER.pack(
+        if self.wire is None:
+            buf = bytearray(BATCH_OVERHEAD)
+            buf += b"".join(self._parts)
+            self._parts = []
+        else:
+            buf = bytearray(self.wire)
+        BATCH_HEADER.pack_into(
+            buf,
+            0,
             BATCH_MAGIC,
             0,
             ATTR_TRANSACTIONAL if transactional else 0,
@@ -232,14 +237,11 @@ class ProducerBatch:
             self.first_ts,
             self.max_ts,
         )
-        buf = bytearray(head)
-        buf += b"".join(self._parts)
         struct.pack_into(">I", buf, 1, crc32c.crc32c(memoryview(buf)[CRC_START:]))
         self.wire = bytes(buf)
 
     def unsequence(self) -> None:
         """Forget the identity of a batch that was never written, before it is sent under a new epoch."""
-        self.wire = None
         self.producer_id = self.producer_epoch = self.base_sequence = -1
         self.sent_with_live_predecessors = self.wait_for_predecessors = False
 

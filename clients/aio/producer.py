@@ -167,6 +167,7 @@ class AsyncProducer:
         self._metadata_task: asyncio.Task[None] | None = None
         self._init_task: asyncio.Task[None] | None = None
         self._closed = False
+        self._internal_error: BrokerError | None = None
         self._errors: dict[str, int] = {}
         self.requests_sent = 0
 
@@ -309,6 +310,8 @@ class AsyncProducer:
     def _raise_if_fatal(self) -> None:
         if self._idem.fatal_error is not None:
             raise self._idem.fatal_error
+        if self._internal_error is not None:
+            raise self._internal_error
 
     def serialize(
         self, key: Any, value: Any, headers: Sequence[tuple[str, bytes | None]] | None
@@ -419,13 +422,25 @@ class AsyncProducer:
         if self._sender is None:
             self._loop = asyncio.get_running_loop()
             self._sender = self._loop.create_task(self._run_sender(), name="txbroker-producer-sender")
+            self._sender.add_done_callback(self._task_done)
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         assert self._loop is not None
         task = self._loop.create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
         return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        """A bug in the sender must not leave futures pending forever: fail everything, loudly."""
+        self._tasks.discard(task)
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        log.error("producer internal error", exc_info=exc)
+        self._internal_error = BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"producer internal error: {exc!r}")
+        self._acc.fail_all(self._internal_error)
+        self._wake.set()
 
     async def _run_sender(self) -> None:
         loop = asyncio.get_running_loop()
