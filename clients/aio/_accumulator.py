@@ -55,6 +55,10 @@ METADATA_ERRORS = frozenset(
         ErrorCode.REQUEST_TIMED_OUT,
     }
 )
+# Binary produce request framing (clients.protocol): header + partition count, and per partition
+# topic length, partition, batch length. Counted so a request never exceeds max_request_size.
+_REQUEST_FRAMING = 18
+_PART_FRAMING = 10
 _FENCED = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
 
 
@@ -313,13 +317,13 @@ class RecordAccumulator:
                 if b.attempts > 1:
                     self.stats["retries"] += 1
                 assert b.wire is not None
-                n = len(b.wire)
+                n = len(b.wire) + _PART_FRAMING + len(b.topic.encode())
                 i = start  # this partition's next batch goes into a later request than its previous one
                 while i < len(requests) and sizes[i] + n > self.max_request_size:
                     i += 1
                 if i == len(requests):
                     requests.append([])
-                    sizes.append(0)
+                    sizes.append(_REQUEST_FRAMING)
                 requests[i].append(b)
                 sizes[i] += n
                 start = i + 1
