@@ -11,7 +11,7 @@ fail fast (``TransactionStateMachine.preview``). State changes go through
 Request identities. A request carries (producer id, epoch); against the
 metadata it is one of (``Identity``):
 
-* CURRENT -- the identity the client must use now;
+* CURRENT -- the identity the client must use now (never one at epoch 32767, see ``classify``);
 * NEXT -- in a prepare state, the identity the client was told to use for its
   next transaction (a new producer id with epoch 0 while a rotation is
   pending; otherwise equal to CURRENT): the client is ahead of the markers and
@@ -126,10 +126,13 @@ def check_id(value: str, what: str = "transactional id") -> BrokerError | None:
 
 def classify(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -> Identity:
     ident = (producer_id, producer_epoch)
-    if ident == (meta.producer_id, meta.producer_epoch):
-        return Identity.CURRENT
-    if meta.state in PREPARE_STATES and ident == meta.next_identity():
-        return Identity.NEXT
+    # Epoch 32767 is only ever a marker epoch (a fence of epoch 32766, or the last EndTxn before a
+    # rotation) and is never handed to a client; accepting it would need a bump past the int16 range.
+    if producer_epoch < MAX_EPOCH:
+        if ident == (meta.producer_id, meta.producer_epoch):
+            return Identity.CURRENT
+        if meta.state in PREPARE_STATES and ident == meta.next_identity():
+            return Identity.NEXT
     if (
         meta.state in PREPARE_STATES | COMPLETE_STATES
         and meta.last_producer_epoch != NO_PRODUCER_EPOCH
@@ -169,7 +172,7 @@ def _identity_error(meta: TransactionMetadata, ident: Identity, pid: int, epoch:
     """
     if (bad := _fenced_or_unknown(meta, ident, pid, epoch)) is not None:
         return bad
-    if meta.state in PREPARE_STATES:
+    if meta.state in PREPARE_STATES and ident in (Identity.CURRENT, Identity.NEXT):
         return _fail(
             ErrorCode.CONCURRENT_TRANSACTIONS,
             f"the previous transaction of {meta.transactional_id!r} is still completing ({meta.state})",
@@ -181,7 +184,8 @@ def _identity_error(meta: TransactionMetadata, ident: Identity, pid: int, epoch:
 
 def _bumped(meta: TransactionMetadata) -> int:
     if meta.producer_epoch >= MAX_EPOCH:
-        # Unreachable: rotation at EPOCH_EXHAUSTED keeps every open transaction below MAX_EPOCH.
+        # Unreachable: no request is CURRENT at MAX_EPOCH (``classify``), so nothing opens a
+        # transaction there, and EndTxn at EPOCH_EXHAUSTED rotates.
         raise CoordinatorError(f"{meta.transactional_id!r}: epoch {meta.producer_epoch} cannot be bumped")
     return meta.producer_epoch + 1
 
@@ -468,8 +472,10 @@ def complete_txn(meta: TransactionMetadata | None, cmd: CompleteTxn) -> Outcome:
             done = _complete(meta, cmd.now_ms)
             return Outcome(CompleteTxnResult(tid, done.state, done.producer_id, done.producer_epoch, False), done)
     elif meta.state in COMPLETE_STATES and _same_direction(meta.state, cmd.commit):
-        ended_by = (meta.last_producer_id, meta.last_producer_epoch + 1)
-        if marker in ((meta.producer_id, meta.producer_epoch), ended_by):
+        ended_by = (meta.last_producer_id, meta.last_producer_epoch + 1)  # the marker identity of an EndTxn
+        if marker == (meta.producer_id, meta.producer_epoch) or (
+            meta.last_producer_epoch != NO_PRODUCER_EPOCH and marker == ended_by
+        ):
             return Outcome(CompleteTxnResult(tid, meta.state, meta.producer_id, meta.producer_epoch, True))
     return _fail(
         ErrorCode.INVALID_TXN_STATE,

@@ -325,6 +325,17 @@ def test_epoch_exhaustion_rotates_the_pid_at_end_txn(coord: Coordinator) -> None
     assert coord.add(7000, 0).added == (TP0,)
 
 
+def test_epoch_32767_is_only_a_marker_epoch(coord: Coordinator) -> None:
+    # A fence at epoch 32766 leaves 32767 on the markers; no request may use it (it cannot be bumped).
+    pid, epoch = _at_epoch(coord, EPOCH_EXHAUSTED)
+    coord.add(pid, epoch)
+    assert coord.fence(pid, epoch).markers.producer_epoch == 32767
+    coord.complete(coord.sm.pending_completions()[0])
+    for result in (coord.add(pid, 32767), coord.end(pid, 32767, False), coord.prepare(pid, 32767)):
+        assert err(result) is ErrorCode.PRODUCER_FENCED
+    assert coord.init(producer_id_candidate=555) == InitProducerIdResult(555, 0)
+
+
 def test_end_txn_at_exhausted_epoch_without_candidate_asks_for_a_retry(coord: Coordinator) -> None:
     pid, epoch = _at_epoch(coord, EPOCH_EXHAUSTED)
     coord.add(pid, epoch)
