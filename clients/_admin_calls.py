@@ -71,9 +71,14 @@ def metadata(topics: Sequence[str] | None = None) -> AdminCall[dict[str, Any]]:
 
 
 def leaders_elected(description: dict[str, Any]) -> bool:
-    """Whether every partition of a ``describe_topic`` answer has a leader."""
+    """Whether every partition of a ``describe_topic`` answer (``{}``: not known yet) has a leader."""
     parts = description.get("partitions") or []
     return bool(parts) and all(p.get("leader") is not None and p.get("leader_url") for p in parts)
+
+
+def topic_may_be_propagating(exc: BrokerError) -> bool:
+    """An unknown topic right after creation: the answering node has not applied the controller's record yet."""
+    return exc.error_code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def leaders_timeout_error(name: str, timeout_s: float) -> BrokerError:

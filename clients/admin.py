@@ -69,7 +69,12 @@ class Admin:
         """Poll until every partition of ``name`` has a leader; returns the description."""
         deadline = time.monotonic() + timeout_s
         while True:
-            desc = self.describe_topic(name)
+            try:
+                desc = self.describe_topic(name)
+            except BrokerError as exc:
+                if not calls.topic_may_be_propagating(exc):
+                    raise
+                desc = {}
             if calls.leaders_elected(desc):
                 return desc
             if time.monotonic() >= deadline:

@@ -61,7 +61,12 @@ class AsyncAdmin:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
-            desc = await self.describe_topic(name)
+            try:
+                desc = await self.describe_topic(name)
+            except BrokerError as exc:
+                if not calls.topic_may_be_propagating(exc):
+                    raise
+                desc = {}
             if calls.leaders_elected(desc):
                 return desc
             if loop.time() >= deadline:

@@ -11,7 +11,7 @@ from clients import Admin
 from clients.aio import AsyncAdmin
 from clients.protocol import BrokerError, ErrorCode
 from cluster.config import free_ports
-from tests.support.cluster import LocalCluster
+from tests.support.cluster import LocalCluster, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +55,8 @@ def test_topic_lifecycle_and_cluster_description(cluster):
     assert sorted(n["url"] for n in view["nodes"]) == sorted(cluster.urls)
     assert view["controller_leader"] in (1, 2, 3)
     admin.delete_topic("orders")
-    assert "orders" not in [t["name"] for t in admin.list_topics()]
+    # Deletion is committed by the controller; the answering node's view follows (as Kafka's metadata does)
+    wait_for(lambda: "orders" not in [t["name"] for t in admin.list_topics()], 10, "deletion seen by node 2")
     with pytest.raises(BrokerError) as e:
         admin.describe_topic("orders")
     assert e.value.error_code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -119,6 +120,9 @@ def test_async_admin_is_a_twin_of_admin(cluster):
                 await admin.create_topic("async-t", partitions=2, replication_factor=3)
             assert e.value.error_code is ErrorCode.TOPIC_ALREADY_EXISTS
             await admin.delete_topic("async-t")
+            async with asyncio.timeout(10):  # the answering node's view follows the controller
+                while "async-t" in [t["name"] for t in await admin.list_topics()]:  # noqa: ASYNC110 - remote state
+                    await asyncio.sleep(0.05)
             with pytest.raises(BrokerError) as e:
                 await admin.describe_topic("async-t")
             assert e.value.error_code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
