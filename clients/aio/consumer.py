@@ -95,7 +95,8 @@ class AsyncConsumer:
         self.max_poll_records = max_poll_records
         self.request_timeout_ms = request_timeout_ms
         self.consumer_timeout_ms = consumer_timeout_ms
-        self._session = HttpSession(request_timeout_ms=request_timeout_ms)
+        # Every assigned partition parks one long poll on a connection: a small pool would queue them.
+        self._session = HttpSession(request_timeout_ms=request_timeout_ms, max_connections=256)
         self._metadata = MetadataCache(self._session, bootstrap, metadata_max_age_ms=metadata_max_age_ms)
         self._fetcher = Fetcher(
             self._session,
