@@ -147,23 +147,32 @@ class Fetcher:
         st.buffer.clear()
 
     async def position(self, st: PartitionState, timeout_s: float | None) -> int:
-        """The partition's position, resolving a pending reset (``auto_offset_reset`` by default)."""
+        """The partition's position, resolving a pending reset (``auto_offset_reset`` by default).
+
+        Waits at most ``timeout_s`` (None: until resolved), also for a resolution
+        the partition's fetch task already started; then ``REQUEST_TIMED_OUT``.
+        """
         if st.position is not None:
             return st.position
-        async with st.resolving:
-            if st.position is not None:
-                return st.position
-            generation = st.generation
-            strategy = st.reset or self._config.auto_offset_reset
-            if strategy is OffsetResetStrategy.NONE:
-                raise BrokerError(
-                    ErrorCode.OFFSET_OUT_OF_RANGE,
-                    f"{st.tp[0]}-{st.tp[1]} has no position and auto_offset_reset is 'none'; seek first",
-                )
-            offset = await self.retrying(lambda: self.reset_offset(st, strategy), timeout_s)
-            if generation == st.generation and st.position is None:  # a seek meanwhile wins
-                st.position, st.reset = offset, None
-            return st.position if st.position is not None else offset
+        try:
+            async with asyncio.timeout(timeout_s), st.resolving:
+                if st.position is not None:
+                    return st.position
+                generation = st.generation
+                strategy = st.reset or self._config.auto_offset_reset
+                if strategy is OffsetResetStrategy.NONE:
+                    raise BrokerError(
+                        ErrorCode.OFFSET_OUT_OF_RANGE,
+                        f"{st.tp[0]}-{st.tp[1]} has no position and auto_offset_reset is 'none'; seek first",
+                    )
+                offset = await self.retrying(lambda: self.reset_offset(st, strategy), None)
+                if generation == st.generation and st.position is None:  # a seek meanwhile wins
+                    st.position, st.reset = offset, None
+                return st.position if st.position is not None else offset
+        except TimeoutError as exc:
+            raise BrokerError(
+                ErrorCode.REQUEST_TIMED_OUT, f"no position for {st.tp[0]}-{st.tp[1]} within {timeout_s}s"
+            ) from exc
 
     async def reset_offset(self, st: PartitionState, strategy: OffsetResetStrategy) -> int:
         """The earliest or latest offset per the partition leader (Kafka's ListOffsets).

@@ -361,3 +361,22 @@ def test_read_committed_without_transactions_reads_up_to_the_high_watermark(clus
         assert [r.offset for r in poll_until(consumer, hw - start)] == list(range(start, hw))
         consumer.seek_to_end()
         assert consumer.position((topic, 0)) == hw
+
+
+def test_position_gives_up_after_its_timeout_when_no_broker_answers(cluster):
+    from cluster.config import free_ports
+
+    dead = f"http://127.0.0.1:{free_ports(1)[0]}"
+    with Consumer(dead, auto_offset_reset="earliest", retry_backoff_ms=50) as consumer:
+        consumer.assign([("big", 0)])
+        assert consumer.poll(timeout_ms=300) == []  # the fetch task keeps retrying in the background
+        t0 = time.monotonic()
+        with pytest.raises(BrokerError) as e:
+            consumer.position(("big", 0), timeout_ms=700)
+        assert e.value.error_code is ErrorCode.REQUEST_TIMED_OUT
+        assert 0.6 < time.monotonic() - t0 < 10
+    with Consumer(cluster.urls) as consumer:
+        consumer.assign([("no-such-topic", 0)])
+        with pytest.raises(BrokerError) as e:
+            consumer.position(("no-such-topic", 0))
+        assert e.value.error_code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
