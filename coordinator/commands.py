@@ -43,11 +43,13 @@ __all__ = [
     "ExpireTransactionalId",
     "FenceAndAbort",
     "ForgetGroup",
+    "GroupCommand",
     "GroupMember",
     "GroupMemberDone",
     "InitProducerId",
     "Prepare",
     "ResolvePrepared",
+    "TxnCommand",
     "decode_command",
     "encode_command",
 ]
@@ -72,7 +74,24 @@ class GroupMember:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class InitProducerId:
+class _Stamped:
+    """What every command carries from its leader: the clock and the term (coordinator epoch)."""
+
+    now_ms: int
+    coordinator_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _ProducerCommand(_Stamped):
+    """A command about the transaction of one (transactional id, producer id, epoch)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InitProducerId(_Stamped):
     """InitProducerId with a transactional id (kafka_txn.md §4.3).
 
     ``producer_id_candidate``: a fresh id from the leader's block, used when the
@@ -85,8 +104,6 @@ class InitProducerId:
     OP: ClassVar[str] = "init_producer_id"
     transactional_id: str
     timeout_ms: int
-    now_ms: int
-    coordinator_epoch: int
     producer_id_candidate: int | None = None
     expected_producer_id: int | None = None
     expected_producer_epoch: int | None = None
@@ -94,88 +111,58 @@ class InitProducerId:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AddPartitions:
+class AddPartitions(_ProducerCommand):
     """AddPartitionsToTxn, also the implicit add of a first transactional produce (KIP-890 part 2)."""
 
     OP: ClassVar[str] = "add_partitions"
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
     partitions: tuple[TopicPartition, ...]
-    now_ms: int
-    coordinator_epoch: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class EndTxn:
+class EndTxn(_ProducerCommand):
     """EndTxn (TV2): PrepareCommit/PrepareAbort with an epoch bump. The candidate covers a rotation."""
 
     OP: ClassVar[str] = "end_txn"
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
     commit: bool
-    now_ms: int
-    coordinator_epoch: int
     producer_id_candidate: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CompleteTxn:
+class CompleteTxn(_ProducerCommand):
     """Every marker of the prepare state with this marker identity is written: CompleteCommit/CompleteAbort."""
 
     OP: ClassVar[str] = "complete_txn"
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
     commit: bool
-    now_ms: int
-    coordinator_epoch: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Prepare:
+class Prepare(_ProducerCommand):
     """Make the transaction of (pid, epoch) durable and wait for an external decision (``PREPARED``)."""
 
     OP: ClassVar[str] = "prepare"
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    now_ms: int
-    coordinator_epoch: int
     group_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class BindPrepared:
+class BindPrepared(_ProducerCommand):
     """Bind an unbound prepared transaction to a commit group (idempotent for the same group)."""
 
     OP: ClassVar[str] = "bind_prepared"
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
     group_id: str
-    now_ms: int
-    coordinator_epoch: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ResolvePrepared:
+class ResolvePrepared(_ProducerCommand):
     """Carry out a commit group's recorded decision on one bound member (PrepareCommit/PrepareAbort)."""
 
     OP: ClassVar[str] = "resolve_prepared"
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
     group_id: str
     commit: bool
-    now_ms: int
-    coordinator_epoch: int
     producer_id_candidate: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FenceAndAbort:
+class FenceAndAbort(_ProducerCommand):
     """Fence (epoch bump) and abort the open transaction of exactly this (pid, epoch).
 
     Used for the timeout scan, abort-by-prefix and admin aborts; the identity
@@ -183,61 +170,45 @@ class FenceAndAbort:
     """
 
     OP: ClassVar[str] = "fence_and_abort"
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    now_ms: int
-    coordinator_epoch: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ExpireTransactionalId:
+class ExpireTransactionalId(_ProducerCommand):
     """Remove an idle transactional id (Empty/Complete*, idle longer than ``expiration_ms``)."""
 
     OP: ClassVar[str] = "expire_transactional_id"
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    now_ms: int
-    coordinator_epoch: int
     expiration_ms: int = DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DecideGroup:
+class DecideGroup(_Stamped):
     """Record a commit group's decision (write-once; the first decision wins)."""
 
     OP: ClassVar[str] = "decide_group"
     group_id: str
     commit: bool
     members: tuple[GroupMember, ...]
-    now_ms: int
-    coordinator_epoch: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class GroupMemberDone:
+class GroupMemberDone(_Stamped):
     """The decision is durable on this member's own partition (it reached a prepare or complete state)."""
 
     OP: ClassVar[str] = "group_member_done"
     group_id: str
     transactional_id: str
-    now_ms: int
-    coordinator_epoch: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ForgetGroup:
+class ForgetGroup(_Stamped):
     """Delete a decision whose members are all done, ``retention_ms`` after it was decided."""
 
     OP: ClassVar[str] = "forget_group"
     group_id: str
-    now_ms: int
-    coordinator_epoch: int
     retention_ms: int = DEFAULT_GROUP_DECISION_RETENTION_MS
 
 
-Command = (
+TxnCommand = (
     InitProducerId
     | AddPartitions
     | EndTxn
@@ -247,10 +218,9 @@ Command = (
     | ResolvePrepared
     | FenceAndAbort
     | ExpireTransactionalId
-    | DecideGroup
-    | GroupMemberDone
-    | ForgetGroup
 )
+GroupCommand = DecideGroup | GroupMemberDone | ForgetGroup
+Command = TxnCommand | GroupCommand
 
 _COMMANDS: Mapping[str, type[Command]] = {
     cls.OP: cls

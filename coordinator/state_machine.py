@@ -34,7 +34,7 @@ import logging
 import struct
 import threading
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import crc32c
 
@@ -51,6 +51,7 @@ from coordinator.commands import (
     ExpireTransactionalId,
     FenceAndAbort,
     ForgetGroup,
+    GroupCommand,
     GroupMemberDone,
     InitProducerId,
     Prepare,
@@ -71,6 +72,8 @@ __all__ = ["ApplyResult", "TransactionStateMachine"]
 log = logging.getLogger(__name__)
 
 ApplyResult = TxnResult | GroupDecisionResult | BrokerError | None
+
+_V = TypeVar("_V", TransactionMetadata, GroupDecision)
 
 _HEADER_TAG = b"M"
 _TXN_TAG = b"T"
@@ -208,55 +211,57 @@ class TransactionStateMachine:
 
     def _apply_command(self, index: int, cmd: Command) -> ApplyResult:
         cepoch = max(self._coordinator_epoch, cmd.coordinator_epoch)
+        if isinstance(cmd, GroupCommand):
+            existing = self._groups.get(cmd.group_id)
+            g = _GROUP_RULES[type(cmd)](existing, cmd)
+            change = (self._group_key(cmd.group_id), g.decision, g.removed)
+            self._store_change(index, cepoch, self._groups, cmd.group_id, change, encode_decision)
+            if existing is None and g.decision is not None and self.on_group_decision is not None:
+                self.on_group_decision(g.decision)
+            return g.result
+        old = self._txns.get(cmd.transactional_id)
+        outcome = _TXN_RULES[type(cmd)](old, cmd)
+        tid = cmd.transactional_id
+        self._store_change(
+            index, cepoch, self._txns, tid, (self._txn_key(tid), outcome.metadata, outcome.removed), encode_metadata
+        )
+        plan = outcome.metadata.marker_plan() if outcome.metadata is not None else None
+        if plan is not None and self.on_markers is not None and (old is None or old.marker_plan() != plan):
+            self.on_markers(plan)
+        return outcome.result
+
+    def _store_change(
+        self,
+        index: int,
+        cepoch: int,
+        table: dict[str, _V],
+        ident: str,
+        change: tuple[bytes, _V | None, bool],
+        encode: Callable[[_V], bytes],
+    ) -> None:
+        """Write the header and the changed entry (key, new value, removed) in one WriteBatch, then publish it."""
+        key, value, removed = change
         wb = self._store.new_batch()
         wb.put(self._prefix + _HEADER_TAG, self._header(index, cepoch))
-        txn_rule = _TXN_RULES.get(type(cmd))
-        if txn_rule is not None:
-            tid = getattr(cmd, "transactional_id")  # every txn command has one  # noqa: B009
-            old = self._txns.get(tid)
-            outcome = txn_rule(old, cmd)
-            if outcome.removed:
-                wb.delete(self._txn_key(tid))
-            elif outcome.metadata is not None:
-                wb.put(self._txn_key(tid), encode_metadata(outcome.metadata))
-            self._store.write(wb)
-            with self._lock:
-                if outcome.removed:
-                    self._txns.pop(tid, None)
-                elif outcome.metadata is not None:
-                    self._txns[tid] = outcome.metadata
-                self._last_applied, self._coordinator_epoch = index, cepoch
-            plan = outcome.metadata.marker_plan() if outcome.metadata is not None else None
-            if plan is not None and self.on_markers is not None and (old is None or old.marker_plan() != plan):
-                self.on_markers(plan)
-            return outcome.result
-        group_id = getattr(cmd, "group_id")  # noqa: B009
-        existing = self._groups.get(group_id)
-        g = _GROUP_RULES[type(cmd)](existing, cmd)
-        if g.removed:
-            wb.delete(self._group_key(group_id))
-        elif g.decision is not None:
-            wb.put(self._group_key(group_id), encode_decision(g.decision))
+        if removed:
+            wb.delete(key)
+        elif value is not None:
+            wb.put(key, encode(value))
         self._store.write(wb)
         with self._lock:
-            if g.removed:
-                self._groups.pop(group_id, None)
-            elif g.decision is not None:
-                self._groups[group_id] = g.decision
+            if removed:
+                table.pop(ident, None)
+            elif value is not None:
+                table[ident] = value
             self._last_applied, self._coordinator_epoch = index, cepoch
-        if existing is None and g.decision is not None and self.on_group_decision is not None:
-            self.on_group_decision(g.decision)
-        return g.result
 
     def preview(self, cmd: Command) -> ApplyResult:
         """What applying ``cmd`` now would answer; changes nothing (the leader's fail-fast pre-check)."""
         if cmd.coordinator_epoch < self._coordinator_epoch:
             return BrokerError(ErrorCode.NOT_COORDINATOR, f"{self.name}: coordinator epoch is stale")
-        txn_rule = _TXN_RULES.get(type(cmd))
-        if txn_rule is not None:
-            return txn_rule(self.get(getattr(cmd, "transactional_id")), cmd).result  # noqa: B009
-        group_id = getattr(cmd, "group_id")  # noqa: B009
-        return _GROUP_RULES[type(cmd)](self.group_decision(group_id), cmd).result
+        if isinstance(cmd, GroupCommand):
+            return _GROUP_RULES[type(cmd)](self.group_decision(cmd.group_id), cmd).result
+        return _TXN_RULES[type(cmd)](self.get(cmd.transactional_id), cmd).result
 
     # -- snapshots --------------------------------------------------------------------
 

@@ -251,6 +251,18 @@ def _end(
     return Outcome(EndTxnResult(meta.transactional_id, next_pid, next_epoch, commit, False, markers), new)
 
 
+def _end_requested(meta: TransactionMetadata, cmd: EndTxn | ResolvePrepared) -> Outcome:
+    """The client's (or a group decision's) end of a transaction: TV2 bump, rotation when exhausted."""
+    return _end(
+        meta,
+        commit=cmd.commit,
+        bump=True,
+        now_ms=cmd.now_ms,
+        coordinator_epoch=cmd.coordinator_epoch,
+        candidate=cmd.producer_id_candidate,
+    )
+
+
 def _fence_and_abort(meta: TransactionMetadata, now_ms: int, coordinator_epoch: int) -> Outcome:
     """Ongoing/Prepared -> PrepareEpochFence (epoch + 1) -> PrepareAbort, in one apply (§4.3, §5)."""
     fenced = meta.transition_to(
@@ -445,14 +457,7 @@ def end_txn(meta: TransactionMetadata | None, cmd: EndTxn) -> Outcome:
     if state is S.PREPARED and meta.group_id is not None:
         return _fail(ErrorCode.INVALID_TXN_STATE, f"{tid!r} is prepared in commit group {meta.group_id!r}")
     if state in (S.ONGOING, S.PREPARED) or (not cmd.commit and state in (S.EMPTY, *COMPLETE_STATES)):
-        return _end(
-            meta,
-            commit=cmd.commit,
-            bump=True,
-            now_ms=cmd.now_ms,
-            coordinator_epoch=cmd.coordinator_epoch,
-            candidate=cmd.producer_id_candidate,
-        )
+        return _end_requested(meta, cmd)
     return _fail(ErrorCode.INVALID_TXN_STATE, f"cannot commit {tid!r}: no transaction is open ({state})")
 
 
@@ -558,14 +563,7 @@ def resolve_prepared(meta: TransactionMetadata | None, cmd: ResolvePrepared) -> 
     if meta.state is S.PREPARED and ident is Identity.CURRENT:
         if meta.group_id != cmd.group_id:
             return _fail(ErrorCode.INVALID_TXN_STATE, f"{tid!r} is not bound to commit group {cmd.group_id!r}")
-        return _end(
-            meta,
-            commit=cmd.commit,
-            bump=True,
-            now_ms=cmd.now_ms,
-            coordinator_epoch=cmd.coordinator_epoch,
-            candidate=cmd.producer_id_candidate,
-        )
+        return _end_requested(meta, cmd)
     if (bad := _fenced_or_unknown(meta, ident, cmd.producer_id, cmd.producer_epoch)) is not None:
         return bad
     return _fail(ErrorCode.INVALID_TXN_STATE, f"{tid!r} is not prepared for this identity ({meta.state})")

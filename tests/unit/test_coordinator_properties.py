@@ -267,6 +267,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
         }
         return choices[who]
 
+    def producer_cmd(self, cls: type[Any], tid: str, pid: int, epoch: int, **kw: Any) -> Any:
+        return cls(
+            transactional_id=tid, producer_id=pid, producer_epoch=epoch, now_ms=self.now, coordinator_epoch=1, **kw
+        )
+
     def candidate(self) -> int:
         self.next_pid += 1
         return self.next_pid
@@ -321,55 +326,26 @@ class CoordinatorMachine(RuleBasedStateMachine):
     @rule(tid=tids, who=whos, parts=st.frozensets(st.sampled_from(TPS), min_size=1))
     def add(self, tid: str, who: str, parts: frozenset[TopicPartition]) -> None:
         pid, epoch = self.identity(tid, who)
-        cmd = AddPartitions(
-            transactional_id=tid,
-            producer_id=pid,
-            producer_epoch=epoch,
-            partitions=tuple(sorted(parts)),
-            now_ms=self.now,
-            coordinator_epoch=1,
-        )
+        cmd = self.producer_cmd(AddPartitions, tid, pid, epoch, partitions=tuple(sorted(parts)))
         self.run(tid, cmd, model_add(self.model.get(tid), pid, epoch, parts, self.now))
 
     @rule(tid=tids, who=whos, commit=st.booleans(), with_candidate=st.booleans())
     def end(self, tid: str, who: str, commit: bool, with_candidate: bool) -> None:
         pid, epoch = self.identity(tid, who)
         cand = self.candidate() if with_candidate else None
-        cmd = EndTxn(
-            transactional_id=tid,
-            producer_id=pid,
-            producer_epoch=epoch,
-            commit=commit,
-            now_ms=self.now,
-            coordinator_epoch=1,
-            producer_id_candidate=cand,
-        )
+        cmd = self.producer_cmd(EndTxn, tid, pid, epoch, commit=commit, producer_id_candidate=cand)
         self.run(tid, cmd, model_end(self.model.get(tid), pid, epoch, commit, cand))
 
     @rule(tid=tids, who=st.sampled_from(["current", "last", "older"]), commit=st.booleans())
     def complete(self, tid: str, who: str, commit: bool) -> None:
         pid, epoch = self.identity(tid, who)
-        cmd = CompleteTxn(
-            transactional_id=tid,
-            producer_id=pid,
-            producer_epoch=epoch,
-            commit=commit,
-            now_ms=self.now,
-            coordinator_epoch=1,
-        )
+        cmd = self.producer_cmd(CompleteTxn, tid, pid, epoch, commit=commit)
         self.run(tid, cmd, model_complete(self.model.get(tid), pid, epoch, commit))
 
     @rule(tid=tids, who=whos, group=st.sampled_from([None, None, "g"]))
     def prepare(self, tid: str, who: str, group: str | None) -> None:
         pid, epoch = self.identity(tid, who)
-        cmd = Prepare(
-            transactional_id=tid,
-            producer_id=pid,
-            producer_epoch=epoch,
-            now_ms=self.now,
-            coordinator_epoch=1,
-            group_id=group,
-        )
+        cmd = self.producer_cmd(Prepare, tid, pid, epoch, group_id=group)
         self.run(tid, cmd, model_prepare(self.model.get(tid), pid, epoch, group, self.now))
 
     @rule(step=st.sampled_from([1, 50, 5_000, 60_000]))
@@ -386,13 +362,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         assert [m.transactional_id for m in expired] == expected
         for meta in expired:
             tid = meta.transactional_id
-            cmd = FenceAndAbort(
-                transactional_id=tid,
-                producer_id=meta.producer_id,
-                producer_epoch=meta.producer_epoch,
-                now_ms=self.now,
-                coordinator_epoch=1,
-            )
+            cmd = self.producer_cmd(FenceAndAbort, tid, meta.producer_id, meta.producer_epoch)
             self.run(tid, cmd, model_fence(self.model.get(tid), meta.producer_id, meta.producer_epoch))
 
     @precondition(lambda self: any(m.state in DONE | {S.EMPTY} for m in self.model.values()))
