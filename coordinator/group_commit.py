@@ -14,10 +14,13 @@ unable to end any other way.
    ``coordinator_partition(G, N)``. It is write-once: the first decision
    applied wins and every later ``DecideGroup`` answers the recorded one. That
    entry *is* the commit point: before it every member may still abort; after
-   it every listed member commits. Before proposing COMMIT the leader checks
-   each member with ``check_member_ready`` (Prepared, bound to G, the listed
-   identity); nothing can end a bound member between that check and the
-   decision except a decision of G itself, which the write-once rule orders.
+   it every listed member commits. Before proposing COMMIT the leader makes
+   sure every member is ready: a successful ``BindPrepared(G)`` on the member's
+   partition (idempotent when it was bound at prepare) proves it is Prepared,
+   bound to G, with the listed identity (``check_member_ready`` is the same
+   test on a metadata value already at hand). Nothing can end a bound member
+   between that check and the decision except a decision of G itself, which
+   the write-once rule orders.
 3. **Carry out.** The leader of G's partition sends ``ResolvePrepared`` (with
    the decision) to each member's coordinator; once a member's own partition
    has applied it, the member is in PrepareCommit/PrepareAbort (or later) and

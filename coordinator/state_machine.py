@@ -24,8 +24,11 @@ Thread-safety: ``apply``, ``write_snapshot``, ``read_snapshot`` and
 any thread: values are immutable and the two dicts are replaced entry by
 entry under ``_lock`` (held only for dict operations, never for I/O), after
 the WriteBatch is written, so a reader never sees a state that is not durable.
-The callbacks run on the Raft thread after the state is durable; they must
-only hand off (``loop.call_soon_threadsafe``).
+The callbacks (``on_markers`` when a transaction enters a prepare state,
+``on_group_decision`` when a decision is recorded) run on every replica, on
+the Raft thread, after the state is durable; they must only hand off
+(``loop.call_soon_threadsafe``), and only a leader acts on them. A snapshot is
+read whole into memory: the state is metadata, one small value per id.
 """
 
 from __future__ import annotations
