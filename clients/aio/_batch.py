@@ -60,6 +60,7 @@ class RecordSink(Protocol):
     def done(self) -> bool: ...
     def set_result(self, result: RecordMetadata, /) -> None: ...
     def set_exception(self, exception: BaseException, /) -> None: ...
+    def exception(self) -> BaseException | None: ...
 
 
 class DeliveryTimeoutError(BrokerError):
@@ -128,6 +129,7 @@ class ProducerBatch:
         "base_sequence",
         "created",
         "expired",
+        "failure",
         "first_ts",
         "last_error",
         "max_ts",
@@ -171,7 +173,8 @@ class ProducerBatch:
         self.wait_for_predecessors = False
         self.expired = False
         self.reported = False
-        self.last_error: BrokerError | None = None
+        self.last_error: BrokerError | None = None  # of the latest attempt
+        self.failure: BrokerError | None = None  # what the futures were failed with
 
     def __repr__(self) -> str:
         return (
@@ -274,14 +277,20 @@ class ProducerBatch:
         self._release()
 
     def fail(self, exc: BrokerError) -> None:
-        """Report failure: every record's future gets ``exc``."""
+        """Report failure: every record's future gets ``exc``.
+
+        The failure is marked as seen (``exception()``): fire-and-forget sends
+        are normal for a producer, and the producer logs each failed batch once
+        instead of asyncio logging every unawaited record future.
+        """
         if self.reported:
             return
         self.reported = True
-        self.last_error = exc
+        self.failure = exc
         for sink, *_ in self.thunks:
             if not sink.done():
                 sink.set_exception(exc)
+                sink.exception()
         self._release()
 
     def _release(self) -> None:

@@ -408,6 +408,10 @@ class AsyncProducer:
             acc.memory_waiters -= 1
 
     def _on_report(self, batch: ProducerBatch) -> None:
+        if batch.failure is not None:
+            log.warning(
+                "%d record(s) to %s-%d failed: %s", batch.record_count, batch.topic, batch.partition, batch.failure
+            )
         self._memory_freed.set()
         for pending, fut in self._flush_waiters:
             pending.discard(batch)

@@ -43,6 +43,9 @@ class Sink:
         assert not self.done()
         self.error = exception
 
+    def exception(self) -> BaseException | None:
+        return self.error
+
 
 def make(
     *,
