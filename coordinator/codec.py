@@ -85,6 +85,10 @@ def get_str(d: Mapping[str, Any], key: str) -> str:
     v = d.get(key)
     if type(v) is not str:
         raise _missing(d, key, "a string")
+    try:
+        v.encode()
+    except UnicodeEncodeError as exc:  # JSON can carry lone surrogates; ids become UTF-8 keys
+        raise CommandDecodeError(f"field {key!r} is not valid Unicode") from exc
     return v
 
 

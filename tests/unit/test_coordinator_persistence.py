@@ -270,6 +270,8 @@ def test_every_command_round_trips_and_is_not_a_noop(cmd: Any) -> None:
         b'{"op":"complete_txn","transactional_id":"t","producer_id":1,"producer_epoch":2,"commit":true,"now_ms":3}',
         b'{"op":"add_partitions","transactional_id":"t","producer_id":1,"producer_epoch":2,"partitions":[["t"]],'
         b'"now_ms":3,"coordinator_epoch":4}',
+        b'{"op":"fence_and_abort","transactional_id":"\\ud800","producer_id":1,"producer_epoch":2,"now_ms":3,'
+        b'"coordinator_epoch":4}',  # a lone surrogate cannot become a UTF-8 key
     ],
 )
 def test_malformed_fields_are_refused_as_a_whole(raw: bytes) -> None:
