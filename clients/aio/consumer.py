@@ -7,6 +7,11 @@ per partition and never returns a record twice or skips one unless the
 application seeks; the position only moves past a record once ``poll`` has
 returned it.
 
+Followers serve fetches too (committed data only, a little behind the
+leader), so a leader that moves away is not reported by the fetch; the
+metadata is re-read every ``metadata_max_age_ms`` (5 s, not Kafka's 5 min)
+so reads return to the current leader soon after a leadership transfer.
+
 Consumer groups (``subscribe``, ``commit``, ``committed``) need the group
 coordinator, which this broker does not serve yet: those methods raise
 ``BrokerError(INVALID_REQUEST)`` instead of pretending to commit.
@@ -68,7 +73,7 @@ class AsyncConsumer:
         max_poll_records: int = 500,
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
-        metadata_max_age_ms: int = 300_000,
+        metadata_max_age_ms: int = 5_000,
         consumer_timeout_ms: float | None = None,
         key_deserializer: Deserializer | None = None,
         value_deserializer: Deserializer | None = None,
