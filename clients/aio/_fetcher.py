@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import struct
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -127,10 +128,19 @@ class Fetcher:
         st.position, st.reset = offset, reset
 
     def start(self) -> None:
-        """Start a fetch task for every assigned partition that has none running."""
+        """Start a fetch task for every assigned partition that has none running.
+
+        A task only ends by cancellation; one that died of a bug is reported
+        (as a ``BrokerError``) and restarted by the next call.
+        """
         for st in self.states.values():
+            crashed = st.task is not None and st.task.done() and not st.task.cancelled() and st.task.exception()
             if st.task is None or st.task.done():
                 st.task = asyncio.get_running_loop().create_task(self._run(st, st.generation))
+            if crashed:
+                raise BrokerError(
+                    ErrorCode.UNKNOWN_SERVER_ERROR, f"fetching {st.tp[0]}-{st.tp[1]} failed: {crashed!r}"
+                ) from crashed
 
     async def close(self) -> None:
         tasks = [st.task for st in self.states.values() if st.task is not None]
@@ -281,11 +291,16 @@ class Fetcher:
         ctype, raw = await self._session.request("GET", url + path, timeout=timeout)
         if ctype != BATCHES_CONTENT_TYPE:
             raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"fetch from {url} answered {ctype}, not binary batches")
-        batches = decode_fetch_batches(raw)
+        try:
+            batches = decode_fetch_batches(raw)
+            fetched = decode_fetch(
+                topic, partition, offset, batches, cfg.isolation_level, cfg.key_deserializer, cfg.value_deserializer
+            )
+        except (struct.error, UnicodeDecodeError, IndexError, ValueError) as exc:
+            # Batch CRCs are checked; this is a record framing error inside a batch.
+            raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"undecodable fetch answer from {url}: {exc!r}") from exc
         st.max_seen_hw = max(st.max_seen_hw, batches.high_watermark)
-        return decode_fetch(
-            topic, partition, offset, batches, cfg.isolation_level, cfg.key_deserializer, cfg.value_deserializer
-        )
+        return fetched
 
     async def _on_error(self, st: PartitionState, offset: int, exc: BrokerError) -> int:
         """Handle a failed fetch at ``offset``; return the offset to fetch next."""
