@@ -165,6 +165,8 @@ def test_seek_position_seek_to_beginning_and_end(cluster, big_topic):
         consumer.seek_to_beginning(tp)
         assert consumer.position(tp) == 0
         assert consumer.poll(timeout_ms=5000, max_records=1)[0].offset == 0
+        grouped = consumer.poll_by_partition(timeout_ms=5000, max_records=3)
+        assert {k: [r.offset for r in v] for k, v in grouped.items()} == {tp: [1, 2, 3]}
         consumer.seek_to_end()
         assert consumer.position(tp) == n
         assert consumer.end_offsets([tp]) == {tp: n}
