@@ -221,6 +221,25 @@ class BenchCluster:
         led: dict[int, str] = wait_for(all_led, timeout, f"leaders of {partitions} partitions")
         return led
 
+    def preferred_leaders(self, topic: str, timeout: float = 20.0) -> tuple[dict[int, str], bool]:
+        """partition -> leader URL once every partition is led by its preferred replica (the broker's
+        leader balancer moves them within ~5 s); after ``timeout``, the current leaders and False."""
+
+        def balanced() -> dict[int, str] | None:
+            for url in self.live_urls():
+                with contextlib.suppress(OSError, ValueError):
+                    status, meta = http_json("GET", url + "/v1/metadata", timeout=3)
+                    topics = [t["partitions"] for t in meta["topics"] if t["name"] == topic]
+                    parts: list[dict[str, Any]] = topics[0] if topics else []
+                    if status == 200 and parts and all(p["leader"] == p["replicas"][0] for p in parts):
+                        return {p["partition"]: str(p["leader_url"]) for p in parts}
+            return None
+
+        try:
+            return wait_for(balanced, timeout, f"preferred leaders of {topic}", 0.2), True
+        except TimeoutError:
+            return {p: str(u) for p, u in self.leaders(topic).items()}, False
+
     def init_producer(self) -> tuple[int, int]:
         status, res = http_json("POST", self.url(1) + "/v1/producers/init", {"transactional_id": None})
         if status != 200:
@@ -502,7 +521,8 @@ def new_cluster(stack: contextlib.ExitStack, opts: argparse.Namespace) -> BenchC
 def scenario_produce(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         cluster = new_cluster(stack, opts)
-        leaders = cluster.create_topic(TOPIC, opts.partitions)
+        cluster.create_topic(TOPIC, opts.partitions)
+        leaders, balanced = cluster.preferred_leaders(TOPIC)
         prof: list[Any] = []
 
         def on_window() -> None:
@@ -513,6 +533,7 @@ def scenario_produce(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[s
                     prof.append((start_profile(proc.pid, opts.duration, out), out, node))
 
         res = asyncio.run(drive_produce(cluster, leaders, opts, on_window))
+        res["leaders_balanced"] = balanced
         for proc, out, node in prof:
             if proc is not None and proc.wait(60) == 0 and out.exists():
                 res.setdefault("profile", {})[f"node{node}"] = {"file": str(out), **summarize_profile(out)}

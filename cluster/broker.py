@@ -19,6 +19,7 @@ from typing import Any
 
 from clients.protocol import (
     BrokerError,
+    ControlType,
     ErrorCode,
     ProducePartition,
     ProduceRequest,
@@ -36,7 +37,7 @@ from raft import (
     RaftSettings,
     RaftTimeoutError,
 )
-from storage.commands import AppendResult, encode_append, encode_retention
+from storage.commands import AppendResult, TxnMarkerResult, encode_append, encode_retention, encode_txn_marker
 from storage.store import NodeStore
 
 from .config import NodeConfig
@@ -59,6 +60,7 @@ from .topics import (
     validate_topic_config,
     validate_topic_name,
 )
+from .txn_service import TransactionService
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +133,7 @@ class Broker:
         )
         self.peers = PeerView(config)
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
+        self.txn = TransactionService(self)
         self.controller: RaftGroup | None = None
         self.draining = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -159,6 +162,7 @@ class Broker:
             CONTROLLER_GROUP, members, self.controller_sm, on_event=self._on_controller_event
         )
         self.replicas.reconcile(self.controller_sm.view)
+        self.txn.start()
         self.peers.start()
         self._tasks = [
             self.loop.create_task(self._every(self.config.leader_balance_interval_s, self._balance_leaders)),
@@ -177,12 +181,13 @@ class Broker:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.peers.stop()
+        await self.txn.close()
         self.replicas.stop_all()
         self.raft.stop()
         self.store.close()
 
     async def _hand_off_leadership(self, timeout: float) -> None:
-        groups = [r.group for r in self.replicas.replicas.values()]
+        groups = [r.group for r in self.replicas.replicas.values()] + self.txn.groups.groups()
         if self.controller is not None:
             groups.append(self.controller)
         led = [g for g in groups if g.is_leader()]
@@ -330,6 +335,7 @@ class Broker:
                 "last_stable_offset": rep.log.last_stable_offset,
                 "log_start_offset": rep.log.log_start_offset,
             }
+        parts.update(self.txn.groups.state_json())
         return {
             "node_id": self.config.node_id,
             "controller_leader": self.controller_leader_id(),
@@ -410,6 +416,43 @@ class Broker:
         self.metrics.producer_ids_allocated.inc()
         return pid, 0
 
+    async def write_txn_marker(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+        control: ControlType,
+    ) -> TxnMarkerResult:  # fmt: skip
+        """Write a COMMIT/ABORT marker on the partition's leader (here, or forwarded to it)."""
+        meta = self.topic(topic)
+        if not 0 <= partition < len(meta.partitions):
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")
+        rep = self.replicas.get(topic, partition)
+        if rep is not None and rep.group.is_leader():
+            command = encode_txn_marker(producer_id, producer_epoch, coordinator_epoch, control, now_ms())
+            result = await self._submit(rep, command, self.config.request_timeout_ms / 1000)
+            if isinstance(result, BrokerError):
+                raise result
+            if not isinstance(result, TxnMarkerResult):
+                raise BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"unexpected marker result {result!r}")
+            return result
+        leader = self.partition_state(meta, partition)["leader"]
+        if leader is None or leader == self.config.node_id or self._forward is None:
+            raise self._not_leader(meta, partition)
+        body = await self._forward(
+            leader,
+            "POST",
+            "/v1/internal/txn/marker",
+            {
+                "topic": topic,
+                "partition": partition,
+                "producer_id": producer_id,
+                "producer_epoch": producer_epoch,
+                "coordinator_epoch": coordinator_epoch,
+                "control_type": control.name,
+            },
+        )
+        offset = body.get("offset")
+        first = body.get("txn_first_offset")
+        return TxnMarkerResult(control, offset, first, int(body.get("log_append_time", -1)))
+
     # ---- produce ------------------------------------------------------------
 
     def _not_leader(self, meta: TopicMetadata, partition: int) -> BrokerError:
@@ -443,10 +486,12 @@ class Broker:
                 raise BrokerError(ErrorCode.INVALID_REQUEST, f"{p.topic}-{p.partition} appears twice")
             seen.add((p.topic, p.partition))
         timeout = max(0.001, min(req.timeout_ms, self.config.request_timeout_ms) / 1000)
-        coros = [self._produce_partition(p, timeout, req.acks) for p in req.partitions]
+        coros = [self._produce_partition(p, timeout, req.acks, req.transactional_id) for p in req.partitions]
         return list(await asyncio.gather(*coros))
 
-    async def _produce_partition(self, p: ProducePartition, timeout: float, acks: int) -> PartitionProduceResult:
+    async def _produce_partition(
+        self, p: ProducePartition, timeout: float, acks: int, transactional_id: str | None = None
+    ) -> PartitionProduceResult:
         started = time.perf_counter()
         try:
             meta, rep = self._leader_replica(p.topic, p.partition)
@@ -458,11 +503,19 @@ class Broker:
             header = parse_batch(p.batch)
             if header.is_control:
                 raise BrokerError(ErrorCode.INVALID_REQUEST, "clients may not write control batches")
-            if header.is_transactional:
-                raise BrokerError(ErrorCode.INVALID_TXN_STATE, "transactional writes are not enabled yet")
             pre = rep.log.check_append(header)
             if pre is not None:
                 raise pre
+            if header.is_transactional:
+                if transactional_id is None:
+                    raise BrokerError(ErrorCode.INVALID_REQUEST, "a transactional batch needs the transactional_id")
+                if acks == 0:
+                    raise BrokerError(ErrorCode.INVALID_REQUIRED_ACKS, "transactional writes need acks=all")
+                if rep.log.opens_transaction(header):
+                    # KIP-890: admit the batch only once the coordinator has this partition in the txn.
+                    await self.txn.verify_partition(
+                        transactional_id, header.producer_id, header.producer_epoch, p.topic, p.partition
+                    )
             command = encode_append(p.batch, now_ms())
             if acks == 0:
                 rep.group.submit_threadsafe(command, lambda _r, _e: None)

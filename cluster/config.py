@@ -77,6 +77,12 @@ class NodeConfig:
     retention_check_interval_s: float = 30.0
     leader_balance_interval_s: float = 5.0
     peer_poll_interval_s: float = 1.0
+    # transactions (Kafka's names and defaults where Kafka has them)
+    transaction_state_partitions: int = 16
+    transaction_max_timeout_ms: int = 900_000
+    transaction_abort_scan_interval_ms: int = 10_000
+    transactional_id_expiration_ms: int = 604_800_000
+    transaction_max_prepared_ms: int = 86_400_000
     # logging
     log_format: str = "text"
     log_level: str = "INFO"
@@ -167,6 +173,8 @@ def parse_config(raw: dict[str, Any], base_dir: Path | None = None) -> NodeConfi
     me = cfg.self_address
     if (me.host, me.http_port, me.raft_port) != (cfg.host, cfg.http_port, cfg.raft_port):
         raise ConfigError("node_id/host/ports disagree with this node's [[nodes]] entry")
+    if not 1 <= cfg.transaction_state_partitions <= 1024:
+        raise ConfigError("transaction_state_partitions must be between 1 and 1024 (and never change later)")
     if cfg.log_format not in ("text", "json"):
         raise ConfigError("log_format must be 'text' or 'json'")
     return cfg

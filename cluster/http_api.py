@@ -42,11 +42,11 @@ from . import parsing
 from .broker import READ_COMMITTED, READ_UNCOMMITTED, Broker, PartitionProduceResult
 from .metrics import NodeMetrics
 from .openapi import openapi_document
-from .peers import AUTH_HEADER, sign, verify
+from .peers import AUTH_HEADER, FORWARDED_HEADER, sign, verify
+from .txn_http import TxnRoutes
 
 log = logging.getLogger(__name__)
 
-FORWARDED_HEADER = "X-Txbroker-Forwarded"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -106,6 +106,7 @@ class Api:
         self._session: aiohttp.ClientSession | None = None
         self._rr = itertools.count()
         broker._forward = self.forward_internal
+        self.txn_routes = TxnRoutes(self)
 
     # ---- plumbing -------------------------------------------------------------
 
@@ -266,9 +267,7 @@ class Api:
                 f"transaction_timeout_ms must be between 1 and {parsing.INT32_MAX}",
             )
         if tid is not None:
-            raise BrokerError(
-                ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactional producers are not available on this cluster yet"
-            )
+            return await self.txn_routes.init_producer(request, raw, body, tid, timeout_ms)
         pid, epoch = await self.broker.init_producer_id()
         return web.json_response({"producer_id": pid, "producer_epoch": epoch})
 
@@ -295,8 +294,6 @@ class Api:
             req = parsing.parse_json_produce(parsing.parse_json_object(raw))
         if not req.partitions:
             raise BrokerError(ErrorCode.INVALID_REQUEST, "partitions must not be empty")
-        if req.transactional_id is not None:
-            raise BrokerError(ErrorCode.INVALID_TXN_STATE, "transactional produce is not available yet")
         return self.produce_response(await self.broker.produce(req))
 
     async def produce_records(self, request: web.Request) -> web.Response:
@@ -479,6 +476,7 @@ def make_app(broker: Broker, metrics: NodeMetrics) -> web.Application:
     r.add_get("/v1/topics/{topic}/partitions/{partition}/records", api.fetch)
     r.add_post("/v1/producers/init", api.init_producer)
     r.add_post("/v1/produce", api.produce)
+    api.txn_routes.register(app)
     r.add_get("/v1/internal/state", api.internal_state)
     r.add_post("/v1/internal/producer-ids", api.internal_producer_ids)
     return app

@@ -4,7 +4,7 @@ Each kind is N Raft groups with a fixed placement computed from the static
 node list (nodes sorted by id, partition ``p`` on ``min(3, nodes)``
 consecutive nodes starting at ``p % nodes``), so every node derives the same
 placement without asking the controller. The owner of key K (a transactional
-id or a group id) is the leader of partition ``stable_partition(K, N)``.
+id or a group id) is the leader of partition ``coordinator_partition(K, N)`` (Kafka's hash).
 
 A leader that has not yet committed its term's barrier is *loading*: it
 answers ``COORDINATOR_LOAD_IN_PROGRESS``; a node that does not lead the
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from clients.partitioner import murmur2
 from clients.protocol import BrokerError, ErrorCode
+from coordinator.placement import coordinator_partition
 from raft import LeadershipEvent, RaftGroup, RaftNode
 from raft.state_machine import StateMachine
 
@@ -30,11 +30,6 @@ log = logging.getLogger(__name__)
 
 SM = TypeVar("SM", bound=StateMachine)
 INTERNAL_REPLICATION = 3
-
-
-def stable_partition(key: str, partitions: int) -> int:
-    """Kafka's ``Utils.toPositive(murmur2(key)) % n``: the same on every node and every run."""
-    return (murmur2(key.encode("utf-8")) & 0x7FFFFFFF) % partitions
 
 
 def internal_placement(node_ids: list[int], partition: int) -> tuple[int, ...]:
@@ -86,7 +81,7 @@ class InternalGroups(Generic[SM]):
         return internal_placement([n.id for n in self._config.nodes], partition)
 
     def partition_for(self, key: str) -> int:
-        return stable_partition(key, self.count)
+        return coordinator_partition(key, self.count)
 
     def start(self) -> None:
         me = self._config.node_id

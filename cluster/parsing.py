@@ -238,8 +238,14 @@ def parse_json_produce(body: Mapping[str, Any]) -> ProduceRequest:
         if not recs_raw:
             raise _bad(f"{f}.records must not be empty")
         records = [parse_record(r, f"{f}.records[{j}]", fmt, now) for j, r in enumerate(recs_raw)]
+        if tid is not None and pid < 0:
+            raise _bad(f"{f}: a transactional write needs the producer_id/producer_epoch of init_transactions")
         batch = encode_batch(
-            records, producer_id=pid, producer_epoch=epoch if pid >= 0 else -1, base_sequence=seq if pid >= 0 else -1
+            records,
+            producer_id=pid,
+            producer_epoch=epoch if pid >= 0 else -1,
+            base_sequence=seq if pid >= 0 else -1,
+            transactional=tid is not None,
         )
         parts.append(ProducePartition(topic, partition, batch))
     return ProduceRequest(tuple(parts), acks=acks, timeout_ms=timeout_ms, transactional_id=tid)

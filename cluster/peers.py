@@ -30,6 +30,7 @@ from .config import NodeConfig
 log = logging.getLogger(__name__)
 
 AUTH_HEADER = "X-Txbroker-Auth"
+FORWARDED_HEADER = "X-Txbroker-Forwarded"  # a request proxied once; never proxied again
 
 
 def sign(secret: str, method: str, path: str) -> str:

@@ -1,0 +1,390 @@
+"""HTTP routes of the transaction API (API.md "Producer ids and transactions") and their internal twins.
+
+A request for transactional id T may reach any node: if this node is not T's
+coordinator it is proxied once to the coordinator (``X-Txbroker-Forwarded``
+stops loops); a client may also ask ``GET /v1/coordinators/transaction/T`` and
+go there directly. Listing and abort-by-prefix fan out to every node, each
+answering for the coordinator partitions it leads.
+
+Internal endpoints (``/v1/internal/txn/*``) carry the cluster's HMAC
+signature; coordinators use them to write markers on partition leaders and to
+drive commit-group members on other coordinators.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from aiohttp import web
+
+from clients.protocol import BrokerError, ControlType, ErrorCode
+from coordinator.commands import MAX_ID_BYTES, GroupMember
+from coordinator.metadata import TopicPartition
+from coordinator.states import TransactionState
+
+from . import parsing
+from .peers import FORWARDED_HEADER
+from .txn_service import metadata_json
+
+if TYPE_CHECKING:
+    from .http_api import Api
+
+_MAX_PARTITIONS = 10_000
+_MAX_MEMBERS = 10_000
+
+
+def _id(raw: str, what: str) -> str:
+    if not raw:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"{what} must not be empty")
+    if len(raw.encode("utf-8", "surrogatepass")) > MAX_ID_BYTES:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"{what} is longer than {MAX_ID_BYTES} bytes")
+    if any(ord(c) < 0x20 or 0xD800 <= ord(c) <= 0xDFFF for c in raw):
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"{what} contains control or surrogate characters")
+    return raw
+
+
+def _bool(body: dict[str, Any], key: str) -> bool:
+    v = body.get(key)
+    if not isinstance(v, bool):
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"field {key!r} must be true or false")
+    return v
+
+
+def _topic_partitions(body: dict[str, Any]) -> list[TopicPartition]:
+    out = []
+    for i, item in enumerate(parsing.get_list(body, "partitions", max_len=_MAX_PARTITIONS)):
+        if not isinstance(item, dict):
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"partitions[{i}] must be an object")
+        topic = parsing.get_str(item, "topic", max_len=249)
+        assert topic is not None
+        out.append(TopicPartition(topic, parsing.get_int(item, "partition", lo=0, hi=2**31 - 1)))
+    return out
+
+
+def _identity(body: dict[str, Any]) -> tuple[int, int]:
+    pid = parsing.get_int(body, "producer_id", lo=0, hi=2**63 - 1)
+    return pid, parsing.get_int(body, "producer_epoch", lo=0, hi=32767)
+
+
+def _states(raw: str | None) -> set[TransactionState] | None:
+    if not raw:
+        return None
+    try:
+        return {TransactionState.from_name(s) for s in raw.split(",") if s}
+    except ValueError as exc:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, str(exc)) from exc
+
+
+class TxnRoutes:
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.broker = api.broker
+        self.txn = api.broker.txn
+
+    def register(self, app: web.Application) -> None:
+        r = app.router
+        r.add_get("/v1/coordinators/transaction/{transactional_id}", self.find_coordinator)
+        r.add_get("/v1/transactions", self.list_transactions)
+        r.add_get("/v1/transactions/{transactional_id}", self.describe)
+        r.add_post("/v1/transactions/{transactional_id}/partitions", self.add_partitions)
+        r.add_post("/v1/transactions/{transactional_id}/end", self.end)
+        r.add_post("/v1/transactions/{transactional_id}/prepare", self.prepare)
+        r.add_post("/v1/transactions/{transactional_id}/abort", self.abort)
+        r.add_post("/v1/transaction-groups/{group_id}/end", self.group_end)
+        r.add_post("/v1/transactions-by-prefix/abort", self.abort_prefix)
+        r.add_post("/v1/internal/txn/marker", self.internal_marker)
+        r.add_post("/v1/internal/txn/verify", self.internal_verify)
+        r.add_post("/v1/internal/txn/bind", self.internal_bind)
+        r.add_post("/v1/internal/txn/resolve", self.internal_resolve)
+        r.add_post("/v1/internal/txn/decide", self.internal_decide)
+        r.add_post("/v1/internal/txn/list", self.internal_list)
+        r.add_post("/v1/internal/txn/abort-prefix", self.internal_abort_prefix)
+
+    # ---- plumbing -----------------------------------------------------------------------------
+
+    async def _routed(self, request: web.Request, raw: bytes, call: Any) -> web.Response:
+        """Run ``call()``; on NOT_COORDINATOR proxy the request once to the coordinator."""
+        try:
+            return web.json_response(await call())
+        except BrokerError as exc:
+            url = exc.extra.get("coordinator_url")
+            if exc.error_code is not ErrorCode.NOT_COORDINATOR or not url or request.headers.get(FORWARDED_HEADER):
+                raise
+            return await self._proxy(request, str(url), raw)
+
+    async def _proxy(self, request: web.Request, url: str, raw: bytes) -> web.Response:
+        session = self.api._session
+        if session is None:
+            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "node is starting")
+        try:
+            async with session.request(
+                request.method,
+                url + request.rel_url.path_qs,
+                data=raw,
+                headers={FORWARDED_HEADER: "1", "Content-Type": "application/json"},
+            ) as resp:
+                body = await resp.read()
+                return web.Response(body=body, status=resp.status, content_type="application/json")
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"coordinator unreachable: {e}") from e
+
+    async def _body(self, request: web.Request) -> tuple[bytes, dict[str, Any]]:
+        raw = await request.read()
+        return raw, parsing.parse_json_object(raw) if raw.strip() else {}
+
+    def _tid(self, request: web.Request) -> str:
+        return _id(request.match_info["transactional_id"], "transactional_id")
+
+    async def _fan_out(self, path: str, body: dict[str, Any]) -> list[Any]:
+        """Ask every other live node's internal endpoint; unreachable nodes are reported, not fatal."""
+        forward = self.broker._forward
+        peers = [n.id for n in self.broker.config.nodes if n.id != self.broker.config.node_id]
+
+        async def one(node_id: int) -> Any:
+            try:
+                return await forward(node_id, "POST", path, body)
+            except BrokerError as exc:
+                return {"error": {"node_id": node_id, **exc.to_json()}}
+
+        return list(await asyncio.gather(*(one(n) for n in peers)))
+
+    # ---- public routes ---------------------------------------------------------------------------
+
+    async def init_producer(self, request: web.Request, raw: bytes, body: dict[str, Any], tid: str,
+                            timeout_ms: int) -> web.Response:  # fmt: skip
+        """InitProducerId with a transactional id (called by ``Api.init_producer``)."""
+        pid = body.get("producer_id")
+        epoch = body.get("producer_epoch")
+        expected: tuple[int, int] | tuple[None, None] = (None, None)
+        if (pid is not None or epoch is not None) and not (pid == -1 and epoch in (-1, None)):
+            expected = _identity(body)
+
+        async def call() -> dict[str, Any]:
+            p, e = await self.txn.init_producer_id(tid, timeout_ms, *expected)
+            return {"producer_id": p, "producer_epoch": e}
+
+        return await self._routed(request, raw, call)
+
+    async def find_coordinator(self, request: web.Request) -> web.Response:
+        return web.json_response(self.txn.coordinator_json(self._tid(request)))
+
+    async def describe(self, request: web.Request) -> web.Response:
+        tid = self._tid(request)
+
+        async def call() -> dict[str, Any]:
+            return self.txn.describe(tid)
+
+        return await self._routed(request, b"", call)
+
+    async def list_transactions(self, request: web.Request) -> web.Response:
+        states = _states(request.query.get("state"))
+        prefix = request.query.get("prefix", "")
+        local = self.txn.local_transactions(states)
+        remote = await self._fan_out("/v1/internal/txn/list", {"state": request.query.get("state", "")})
+        errors = []
+        for r in remote:
+            if "error" in r:
+                errors.append(r["error"])
+            else:
+                local.extend(r["transactions"])
+        txns = sorted((t for t in local if t["transactional_id"].startswith(prefix)),
+                      key=lambda t: t["transactional_id"])  # fmt: skip
+        return web.json_response({"transactions": txns, "unreachable": errors})
+
+    async def add_partitions(self, request: web.Request) -> web.Response:
+        tid = self._tid(request)
+        raw, body = await self._body(request)
+        pid, epoch = _identity(body)
+        tps = _topic_partitions(body)
+
+        async def call() -> dict[str, Any]:
+            res = await self.txn.add_partitions(tid, pid, epoch, tps)
+            return {"transactional_id": tid, "added": [{"topic": tp.topic, "partition": tp.partition}
+                                                       for tp in res.added]}  # fmt: skip
+
+        return await self._routed(request, raw, call)
+
+    async def end(self, request: web.Request) -> web.Response:
+        tid = self._tid(request)
+        raw, body = await self._body(request)
+        pid, epoch = _identity(body)
+        commit = _bool(body, "commit")
+
+        async def call() -> dict[str, Any]:
+            res = await self.txn.end_txn(tid, pid, epoch, commit)
+            return {
+                "transactional_id": tid,
+                "committed": res.commit,
+                "producer_id": res.producer_id,
+                "producer_epoch": res.producer_epoch,
+            }
+
+        return await self._routed(request, raw, call)
+
+    async def prepare(self, request: web.Request) -> web.Response:
+        tid = self._tid(request)
+        raw, body = await self._body(request)
+        pid, epoch = _identity(body)
+        group = parsing.get_str(body, "group_id", required=False, max_len=MAX_ID_BYTES)
+
+        async def call() -> dict[str, Any]:
+            res = await self.txn.prepare(tid, pid, epoch, _id(group, "group_id") if group is not None else None)
+            return {
+                "transactional_id": tid,
+                "producer_id": res.producer_id,
+                "producer_epoch": res.producer_epoch,
+                "prepared_ms": res.prepared_ms,
+                "group_id": res.group_id,
+            }
+
+        return await self._routed(request, raw, call)
+
+    async def abort(self, request: web.Request) -> web.Response:
+        tid = self._tid(request)
+
+        async def call() -> dict[str, Any]:
+            return metadata_json(await self.txn.abort(tid))
+
+        return await self._routed(request, await request.read(), call)
+
+    async def group_end(self, request: web.Request) -> web.Response:
+        group = _id(request.match_info["group_id"], "group_id")
+        raw, body = await self._body(request)
+        commit = _bool(body, "commit")
+        members = []
+        for i, m in enumerate(parsing.get_list(body, "members", max_len=_MAX_MEMBERS)):
+            if not isinstance(m, dict):
+                raise BrokerError(ErrorCode.INVALID_REQUEST, f"members[{i}] must be an object")
+            tid = parsing.get_str(m, "transactional_id", max_len=MAX_ID_BYTES)
+            assert tid is not None
+            pid, epoch = _identity(m)
+            members.append(GroupMember(_id(tid, "transactional_id"), pid, epoch))
+        if commit and not members:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "a commit decision needs at least one member")
+
+        async def call() -> dict[str, Any]:
+            self.txn.leading(group)  # NOT_COORDINATOR before any side effect elsewhere
+            decision = await self.txn.group_commit(group, members, commit)
+            return {
+                "group_id": group,
+                "committed": decision.commit,
+                "members": [
+                    {"transactional_id": m.transactional_id, "producer_id": m.producer_id,
+                     "producer_epoch": m.producer_epoch}
+                    for m in decision.members
+                ],
+                "pending": [m.transactional_id for m in decision.pending],
+            }  # fmt: skip
+
+        return await self._routed(request, raw, call)
+
+    async def abort_prefix(self, request: web.Request) -> web.Response:
+        _raw, body = await self._body(request)
+        prefix = parsing.get_str(body, "prefix", max_len=MAX_ID_BYTES)
+        assert prefix is not None
+        if not prefix:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "prefix must not be empty")
+        aborted = await self._abort_local_prefix(prefix)
+        errors = []
+        for r in await self._fan_out("/v1/internal/txn/abort-prefix", {"prefix": prefix}):
+            if "error" in r:
+                errors.append(r["error"])
+            else:
+                aborted.extend(r["aborted"])
+        return web.json_response({"aborted": sorted(aborted), "unreachable": errors})
+
+    async def _abort_local_prefix(self, prefix: str) -> list[str]:
+        out = []
+        for meta in self.txn.prefix_matches(prefix):
+            try:
+                await self.txn.abort(meta.transactional_id)
+                out.append(meta.transactional_id)
+            except BrokerError:
+                continue
+        return out
+
+    # ---- internal routes --------------------------------------------------------------------------
+
+    async def _internal_body(self, request: web.Request) -> dict[str, Any]:
+        self.api.require_internal(request)
+        return parsing.parse_json_object(await request.read())
+
+    async def internal_marker(self, request: web.Request) -> web.Response:
+        body = await self._internal_body(request)
+        topic = parsing.get_str(body, "topic", max_len=249)
+        assert topic is not None
+        try:
+            control = ControlType[str(body.get("control_type"))]
+        except KeyError as exc:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "control_type must be COMMIT or ABORT") from exc
+        pid, epoch = _identity(body)
+        result = await self.broker.write_txn_marker(
+            topic,
+            parsing.get_int(body, "partition", lo=0, hi=2**31 - 1),
+            pid,
+            epoch,
+            parsing.get_int(body, "coordinator_epoch", lo=0),
+            control,
+        )
+        return web.json_response(
+            {"offset": result.offset, "txn_first_offset": result.txn_first_offset,
+             "log_append_time": result.log_append_time}
+        )  # fmt: skip
+
+    async def internal_verify(self, request: web.Request) -> web.Response:
+        body = await self._internal_body(request)
+        tid = parsing.get_str(body, "transactional_id", max_len=MAX_ID_BYTES)
+        topic = parsing.get_str(body, "topic", max_len=249)
+        assert tid is not None
+        assert topic is not None
+        pid, epoch = _identity(body)
+        partition = parsing.get_int(body, "partition", lo=0, hi=2**31 - 1)
+        part = self.txn.leading(tid)
+        err = part.sm.partition_in_txn(tid, pid, epoch, topic, partition)
+        if err is not None:
+            if err.error_code is not ErrorCode.INVALID_TXN_STATE:
+                raise err
+            await self.txn.add_partitions(tid, pid, epoch, [TopicPartition(topic, partition)])
+        return web.json_response({"ok": True})
+
+    def _member(self, body: dict[str, Any]) -> GroupMember:
+        tid = parsing.get_str(body, "transactional_id", max_len=MAX_ID_BYTES)
+        assert tid is not None
+        pid, epoch = _identity(body)
+        return GroupMember(tid, pid, epoch)
+
+    async def internal_bind(self, request: web.Request) -> web.Response:
+        body = await self._internal_body(request)
+        group = parsing.get_str(body, "group_id", max_len=MAX_ID_BYTES)
+        assert group is not None
+        await self.txn.bind_prepared(self._member(body), group)
+        return web.json_response({"ok": True})
+
+    async def internal_resolve(self, request: web.Request) -> web.Response:
+        body = await self._internal_body(request)
+        group = parsing.get_str(body, "group_id", max_len=MAX_ID_BYTES)
+        assert group is not None
+        res = await self.txn.resolve_prepared(self._member(body), group, _bool(body, "commit"))
+        return web.json_response({"producer_id": res.producer_id, "producer_epoch": res.producer_epoch})
+
+    async def internal_decide(self, request: web.Request) -> web.Response:
+        body = await self._internal_body(request)
+        group = parsing.get_str(body, "group_id", max_len=MAX_ID_BYTES)
+        assert group is not None
+        decision = await self.txn.group_commit(group, [], _bool(body, "commit"))
+        return web.json_response({"committed": decision.commit})
+
+    async def internal_list(self, request: web.Request) -> web.Response:
+        body = await self._internal_body(request)
+        state = body.get("state")
+        return web.json_response(
+            {"transactions": self.txn.local_transactions(_states(state if isinstance(state, str) else None))}
+        )
+
+    async def internal_abort_prefix(self, request: web.Request) -> web.Response:
+        body = await self._internal_body(request)
+        prefix = parsing.get_str(body, "prefix", max_len=MAX_ID_BYTES)
+        assert prefix is not None
+        return web.json_response({"aborted": await self._abort_local_prefix(prefix)})

@@ -1,0 +1,714 @@
+"""Transaction coordinators: the ``__transaction_state-p`` groups at work (DESIGN.md "Transaction").
+
+The coordinator for transactional id T is the ready leader of partition
+``coordinator_partition(T, N)``. Every state change is a command replicated
+through that partition's Raft group and decided in
+``TransactionStateMachine.apply``; this module only builds commands (stamping
+the leader's clock, its Raft term as coordinator epoch, and a fresh producer
+id when one may be needed), submits them, and carries out what the applied
+state asks for:
+
+* **markers**: a PrepareCommit/PrepareAbort state carries a ``MarkerPlan``;
+  the leader writes a COMMIT/ABORT marker to every partition of the
+  transaction (retrying until each partition applied it), then submits
+  CompleteTxn. A new leader resumes every plan it finds (``pending_completions``).
+  EndTxn answers once the transaction is complete, or once the request
+  timeout passes -- the decision is durable either way.
+* **timeouts**: a periodic scan fences and aborts Ongoing transactions past
+  their timeout and Prepared ones past ``transaction_max_prepared_ms``, and
+  expires idle transactional ids.
+* **commit groups**: prepared transactions bound to a group are decided by
+  one write-once record on the group's partition, then resolved member by
+  member (``coordinator.group_commit`` has the design).
+* **produce-side verification** (KIP-890): a transactional batch that would
+  open a transaction on a partition is admitted only once the coordinator has
+  the partition in the transaction; the first such produce adds it (TV2's
+  implicit AddPartitions).
+
+Calls that must reach another node's coordinator go through HMAC-signed
+internal endpoints (``cluster.txn_http``). Everything here runs on the
+asyncio loop; state machine callbacks arrive on Raft threads and only hand off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from clients.protocol import BrokerError, ControlType, ErrorCode
+from coordinator.commands import (
+    AddPartitions,
+    BindPrepared,
+    Command,
+    CompleteTxn,
+    DecideGroup,
+    EndTxn,
+    ExpireTransactionalId,
+    FenceAndAbort,
+    GroupMember,
+    GroupMemberDone,
+    InitProducerId,
+    Prepare,
+    ResolvePrepared,
+    encode_command,
+)
+from coordinator.group_commit import GroupDecision, GroupDecisionResult, member_commits
+from coordinator.metadata import MarkerPlan, TopicPartition, TransactionMetadata
+from coordinator.placement import coordinator_partition
+from coordinator.results import (
+    AddPartitionsResult,
+    CompleteTxnResult,
+    EndTxnResult,
+    InitProducerIdResult,
+    PrepareResult,
+)
+from coordinator.scans import producer_id_needed
+from coordinator.state_machine import TransactionStateMachine
+from coordinator.states import OPEN_STATES, TransactionState
+from raft import NotLeaderError, QueueFullError, RaftCommandFailed, RaftTimeoutError
+
+from .internal_groups import InternalGroups, InternalPartition
+from .metrics import CoordinatorKind, TransactionSample, TxnOutcome
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger(__name__)
+
+TXN_STATE_KIND = "__transaction_state"
+_VERIFIED_CACHE = 100_000
+_MARKER_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+
+TxnPartition = InternalPartition[TransactionStateMachine]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def txn_storage_prefix(partition: int) -> bytes:
+    return b"X" + partition.to_bytes(4, "big")
+
+
+def metadata_json(m: TransactionMetadata) -> dict[str, Any]:
+    return {
+        "transactional_id": m.transactional_id,
+        "producer_id": m.producer_id,
+        "producer_epoch": m.producer_epoch,
+        "state": m.state.display_name,
+        "timeout_ms": m.timeout_ms,
+        "start_time_ms": m.txn_start_time_ms,
+        "last_update_time_ms": m.txn_last_update_ms,
+        "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(m.partitions, key=str)],
+        "prepared_ms": m.prepared.prepared_ms if m.prepared is not None else None,
+        "group_id": m.group_id,
+    }
+
+
+def _fence_and_abort(m: TransactionMetadata) -> Callable[[int, int], Command]:
+    def build(now: int, cepoch: int) -> Command:
+        return FenceAndAbort(
+            transactional_id=m.transactional_id,
+            producer_id=m.producer_id,
+            producer_epoch=m.producer_epoch,
+            now_ms=now,
+            coordinator_epoch=cepoch,
+        )
+
+    return build
+
+
+def _expire(m: TransactionMetadata, expiration_ms: int) -> Callable[[int, int], Command]:
+    def build(now: int, cepoch: int) -> Command:
+        return ExpireTransactionalId(
+            transactional_id=m.transactional_id,
+            producer_id=m.producer_id,
+            producer_epoch=m.producer_epoch,
+            now_ms=now,
+            coordinator_epoch=cepoch,
+            expiration_ms=expiration_ms,
+        )
+
+    return build
+
+
+class TransactionService:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.count = cfg.transaction_state_partitions
+        self.groups: InternalGroups[TransactionStateMachine] = InternalGroups(
+            TXN_STATE_KIND,
+            self.count,
+            cfg,
+            broker.raft,
+            broker.peers,
+            self._make_sm,
+            on_leader_change=self._on_leader_change,
+        )
+        self._drivers: dict[tuple[str, int, int], asyncio.Task[None]] = {}
+        self._group_drivers: dict[str, asyncio.Task[None]] = {}
+        self._verified: OrderedDict[tuple[str, int, int, str, int], None] = OrderedDict()
+        self._abort_reason: dict[str, TxnOutcome] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def _make_sm(self, partition: int) -> TransactionStateMachine:
+        sm = TransactionStateMachine(self.broker.store, txn_storage_prefix(partition), partition)
+        loop = self.broker.loop
+
+        def on_markers(plan: MarkerPlan) -> None:  # Raft thread
+            loop.call_soon_threadsafe(self._plan_ready, partition, plan)
+
+        def on_decision(decision: GroupDecision) -> None:  # Raft thread
+            loop.call_soon_threadsafe(self._decision_ready, partition, decision)
+
+        sm.on_markers = on_markers
+        sm.on_group_decision = on_decision
+        return sm
+
+    def start(self) -> None:
+        self.groups.start()
+        self.broker.metrics.set_transaction_source(self.sample)
+        interval = self.broker.config.transaction_abort_scan_interval_ms / 1000
+        self._tasks.append(self.broker.loop.create_task(self._every(interval, self._scan)))
+
+    async def close(self) -> None:
+        self._closing = True
+        tasks = [*self._tasks, *self._drivers.values(), *self._group_drivers.values()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.groups.stop()
+
+    async def _every(self, interval: float, fn: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await fn()
+            except Exception:
+                log.exception("transaction background task failed")
+
+    def _on_leader_change(self, part: TxnPartition) -> None:
+        if not part.group.is_leader() or self._closing:
+            return
+        started = time.monotonic()
+        plans = part.sm.pending_completions()
+        decisions = part.sm.pending_group_decisions()
+        self.broker.metrics.coordinator_loaded(CoordinatorKind.TRANSACTION, time.monotonic() - started)
+        log.info(
+            "%s: coordinator for term %d; resuming %d transaction(s) and %d commit group(s)",
+            part.group_id, part.term, len(plans), len(decisions),
+        )  # fmt: skip
+        for plan in plans:
+            self._plan_ready(part.partition, plan)
+        for decision in decisions:
+            self._decision_ready(part.partition, decision)
+
+    # ---- routing and submitting --------------------------------------------------------------
+
+    def partition_for(self, transactional_id: str) -> int:
+        return coordinator_partition(transactional_id, self.count)
+
+    def coordinator_json(self, key: str) -> dict[str, Any]:
+        p = self.partition_for(key)
+        node = self.groups.leader_id(p)
+        if node is None:
+            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{TXN_STATE_KIND}-{p} has no leader")
+        return {"node_id": node, "url": self.broker.node_url(node), "partition": p}
+
+    def leading(self, key: str) -> TxnPartition:
+        return self.groups.leading(self.partition_for(key))
+
+    async def _submit(self, part: TxnPartition, build: Callable[[int, int], Command]) -> Any:
+        """Propose ``build(now_ms, coordinator_epoch)`` on ``part``; a ``BrokerError`` result is raised."""
+        if not part.group.is_leader():
+            raise self._not_coordinator(part.partition)
+        cmd = build(now_ms(), part.group.term())
+        timeout = self.broker.config.request_timeout_ms / 1000
+        try:
+            result = await part.group.submit(encode_command(cmd), timeout=timeout)
+        except NotLeaderError as exc:
+            raise self._not_coordinator(part.partition) from exc
+        except RaftTimeoutError as exc:
+            raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, "coordinator write not committed in time") from exc
+        except QueueFullError as exc:
+            raise BrokerError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, "coordinator write queue is full") from exc
+        except RaftCommandFailed as exc:
+            raise self._not_coordinator(part.partition) from exc
+        if isinstance(result, BrokerError):
+            raise result
+        return result
+
+    def _not_coordinator(self, partition: int) -> BrokerError:
+        try:
+            self.groups.leading(partition)
+        except BrokerError as exc:
+            return exc
+        return BrokerError(ErrorCode.NOT_COORDINATOR, f"{TXN_STATE_KIND}-{partition}: leadership changed")
+
+    async def _candidate(self, meta: TransactionMetadata | None, *, always: bool = False) -> int | None:
+        if always or producer_id_needed(meta):
+            return await self.broker.producer_ids.next_producer_id()
+        return None
+
+    # ---- the transaction API -----------------------------------------------------------------
+
+    async def init_producer_id(
+        self,
+        transactional_id: str,
+        timeout_ms: int,
+        expected_producer_id: int | None = None,
+        expected_producer_epoch: int | None = None,
+    ) -> tuple[int, int]:
+        part = self.leading(transactional_id)
+        candidate = await self._candidate(part.sm.get(transactional_id))
+        max_timeout = self.broker.config.transaction_max_timeout_ms
+
+        def build(now: int, cepoch: int) -> Command:
+            return InitProducerId(
+                transactional_id=transactional_id,
+                timeout_ms=timeout_ms,
+                now_ms=now,
+                coordinator_epoch=cepoch,
+                producer_id_candidate=candidate,
+                expected_producer_id=expected_producer_id,
+                expected_producer_epoch=expected_producer_epoch,
+                max_timeout_ms=max_timeout,
+            )
+
+        result = await self._submit(part, build)
+        assert isinstance(result, InitProducerIdResult), result
+        self.broker.metrics.producer_ids_allocated.inc()
+        return result.producer_id, result.producer_epoch
+
+    async def add_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
+    ) -> AddPartitionsResult:
+        tps = tuple(sorted(set(partitions), key=lambda tp: (tp.topic, tp.partition)))
+        for tp in tps:
+            meta = self.broker.topic(tp.topic)  # UNKNOWN_TOPIC_OR_PARTITION for a missing topic
+            if not 0 <= tp.partition < len(meta.partitions):
+                raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic} has no partition {tp.partition}")
+        part = self.leading(transactional_id)
+        before = part.sm.get(transactional_id)
+        result = await self._submit(
+            part,
+            lambda now, cepoch: AddPartitions(
+                transactional_id=transactional_id,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                partitions=tps,
+                now_ms=now,
+                coordinator_epoch=cepoch,
+            ),
+        )
+        assert isinstance(result, AddPartitionsResult), result
+        if before is None or before.state not in OPEN_STATES:
+            self.broker.metrics.txn_started()
+        return result
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> EndTxnResult:
+        part = self.leading(transactional_id)
+        candidate = await self._candidate(part.sm.get(transactional_id))
+        result = await self._submit(
+            part,
+            lambda now, cepoch: EndTxn(
+                transactional_id=transactional_id,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                commit=commit,
+                now_ms=now,
+                coordinator_epoch=cepoch,
+                producer_id_candidate=candidate,
+            ),
+        )
+        assert isinstance(result, EndTxnResult), result
+        if result.markers is not None:
+            await self._await_plan(part, result.markers)
+        return result
+
+    async def prepare(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str | None = None
+    ) -> PrepareResult:
+        part = self.leading(transactional_id)
+        result = await self._submit(
+            part,
+            lambda now, cepoch: Prepare(
+                transactional_id=transactional_id,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                now_ms=now,
+                coordinator_epoch=cepoch,
+                group_id=group_id,
+            ),
+        )
+        assert isinstance(result, PrepareResult), result
+        return result
+
+    async def bind_prepared(self, member: GroupMember, group_id: str) -> None:
+        part = self.leading(member.transactional_id)
+        await self._submit(
+            part,
+            lambda now, cepoch: BindPrepared(
+                transactional_id=member.transactional_id,
+                producer_id=member.producer_id,
+                producer_epoch=member.producer_epoch,
+                group_id=group_id,
+                now_ms=now,
+                coordinator_epoch=cepoch,
+            ),
+        )
+
+    async def resolve_prepared(self, member: GroupMember, group_id: str, commit: bool) -> EndTxnResult:
+        part = self.leading(member.transactional_id)
+        candidate = await self._candidate(None, always=True)
+        result = await self._submit(
+            part,
+            lambda now, cepoch: ResolvePrepared(
+                transactional_id=member.transactional_id,
+                producer_id=member.producer_id,
+                producer_epoch=member.producer_epoch,
+                group_id=group_id,
+                commit=commit,
+                now_ms=now,
+                coordinator_epoch=cepoch,
+                producer_id_candidate=candidate,
+            ),
+        )
+        assert isinstance(result, EndTxnResult), result
+        if result.markers is not None:
+            await self._await_plan(part, result.markers)
+        return result
+
+    async def abort(self, transactional_id: str) -> TransactionMetadata:
+        """Admin abort of an open transaction (hanging-transaction tooling): fence, then abort."""
+        part = self.leading(transactional_id)
+        meta = part.sm.get(transactional_id)
+        if meta is None:
+            raise BrokerError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"no transactional id {transactional_id!r}")
+        if meta.group_id is not None:
+            await self._orphan_group_abort(meta)
+        else:
+            result = await self._submit(part, _fence_and_abort(meta))
+            if isinstance(result, EndTxnResult) and result.markers is not None:
+                await self._await_plan(part, result.markers)
+        after = part.sm.get(transactional_id)
+        return after if after is not None else meta
+
+    # ---- commit groups ------------------------------------------------------------------------
+
+    async def group_commit(self, group_id: str, members: list[GroupMember], commit: bool) -> GroupDecision:
+        """Decide a commit group: bind every member, record the decision once, carry it out.
+
+        Answers when the decision is durable; the members are resolved before
+        the answer when that is quick (within the request timeout).
+        """
+        part = self.leading(group_id)
+        existing = part.sm.group_decision(group_id)
+        if existing is None and commit:
+            # Readiness: every member is Prepared and bound to this group on its own partition.
+            await asyncio.gather(*(self._on_member(m, "bind", group_id=group_id) for m in members))
+        result = await self._submit(
+            part,
+            lambda now, cepoch: DecideGroup(
+                group_id=group_id, commit=commit, members=tuple(sorted(members)), now_ms=now, coordinator_epoch=cepoch
+            ),
+        )
+        assert isinstance(result, GroupDecisionResult), result
+        decision = result.decision
+        task = self._ensure_group_driver(part.partition, decision)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(task), self.broker.config.request_timeout_ms / 1000)
+        return decision
+
+    def _decision_ready(self, partition: int, decision: GroupDecision) -> None:
+        part = self.groups.local.get(partition)
+        if part is not None and part.group.is_leader() and not self._closing:
+            self._ensure_group_driver(partition, decision)
+
+    def _ensure_group_driver(self, partition: int, decision: GroupDecision) -> asyncio.Task[None]:
+        task = self._group_drivers.get(decision.group_id)
+        if task is None or task.done():
+            task = self.broker.loop.create_task(self._drive_group(partition, decision))
+            self._group_drivers[decision.group_id] = task
+        return task
+
+    async def _drive_group(self, partition: int, decision: GroupDecision) -> None:
+        part = self.groups.local.get(partition)
+        if part is None:
+            return
+        term = part.group.term()
+
+        async def one(member: GroupMember) -> None:
+            attempt = 0
+            while part.group.is_leader() and part.group.term() == term and not self._closing:
+                try:
+                    await self._on_member(member, "resolve", group_id=decision.group_id,
+                                          commit=member_commits(decision, member))  # fmt: skip
+                    break
+                except BrokerError as exc:
+                    if exc.error_code in (ErrorCode.INVALID_TXN_STATE, ErrorCode.PRODUCER_FENCED) or (
+                        exc.error_code is ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+                    ):
+                        # Already resolved by an earlier attempt (or gone): nothing left to do for it.
+                        log.info("group %s member %s: %s", decision.group_id, member.transactional_id, exc)
+                        break
+                    await asyncio.sleep(_MARKER_BACKOFF_S[min(attempt, len(_MARKER_BACKOFF_S) - 1)])
+                    attempt += 1
+            else:
+                return
+            with contextlib.suppress(BrokerError):
+                await self._submit(
+                    part,
+                    lambda now, cepoch: GroupMemberDone(
+                        group_id=decision.group_id,
+                        transactional_id=member.transactional_id,
+                        now_ms=now,
+                        coordinator_epoch=cepoch,
+                    ),
+                )
+
+        await asyncio.gather(*(one(m) for m in decision.pending))
+
+    async def _orphan_group_abort(self, meta: TransactionMetadata) -> None:
+        """A group-bound prepared txn must end without a decision: propose ABORT for its group."""
+        group_id = meta.group_id
+        assert group_id is not None
+        await self._on_group(group_id, commit=False)
+
+    # ---- calls that may cross nodes -------------------------------------------------------------
+
+    async def _on_member(self, member: GroupMember, op: str, **kw: Any) -> None:
+        """Run a member operation on the member's coordinator, local or remote."""
+        p = self.partition_for(member.transactional_id)
+        local = self.groups.local.get(p)
+        if local is not None and local.group.is_leader():
+            if op == "bind":
+                await self.bind_prepared(member, kw["group_id"])
+            else:
+                await self.resolve_prepared(member, kw["group_id"], kw["commit"])
+            return
+        body = {
+            "transactional_id": member.transactional_id,
+            "producer_id": member.producer_id,
+            "producer_epoch": member.producer_epoch,
+            **kw,
+        }
+        await self._remote(p, f"/v1/internal/txn/{op}", body)
+
+    async def _on_group(self, group_id: str, commit: bool) -> None:
+        p = self.partition_for(group_id)
+        local = self.groups.local.get(p)
+        if local is not None and local.group.is_leader():
+            await self.group_commit(group_id, [], commit)
+            return
+        await self._remote(p, "/v1/internal/txn/decide", {"group_id": group_id, "commit": commit})
+
+    async def _remote(self, partition: int, path: str, body: dict[str, Any]) -> Any:
+        node = self.groups.leader_id(partition)
+        if node is None or node == self.broker.config.node_id:
+            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{TXN_STATE_KIND}-{partition} has no leader")
+        forward = self.broker._forward
+        if forward is None:
+            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "internal forwarding is not set up")
+        return await forward(node, "POST", path, body)
+
+    # ---- markers ---------------------------------------------------------------------------------
+
+    def _plan_ready(self, partition: int, plan: MarkerPlan) -> None:
+        part = self.groups.local.get(partition)
+        if part is not None and part.group.is_leader() and not self._closing:
+            self._ensure_driver(part, plan)
+
+    def _ensure_driver(self, part: TxnPartition, plan: MarkerPlan) -> asyncio.Task[None]:
+        key = (plan.transactional_id, plan.producer_id, plan.producer_epoch)
+        task = self._drivers.get(key)
+        if task is None or task.done():
+            task = self.broker.loop.create_task(self._drive(part, plan))
+            self._drivers[key] = task
+            task.add_done_callback(lambda t: self._drivers.pop(key, None) if self._drivers.get(key) is t else None)
+        return task
+
+    async def _await_plan(self, part: TxnPartition, plan: MarkerPlan) -> None:
+        task = self._ensure_driver(part, plan)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(task), self.broker.config.request_timeout_ms / 1000)
+
+    async def _drive(self, part: TxnPartition, plan: MarkerPlan) -> None:
+        """Write every marker of ``plan``, then CompleteTxn -- for as long as this node leads this term."""
+        term = part.group.term()
+        control = ControlType.COMMIT if plan.commit else ControlType.ABORT
+        started = time.monotonic()
+        key = plan.transactional_id
+        meta = part.sm.get(plan.transactional_id)
+        start_ms = meta.txn_start_time_ms if meta is not None else -1
+
+        def still_leading() -> bool:
+            return part.group.is_leader() and part.group.term() == term and not self._closing
+
+        async def one(tp: TopicPartition) -> bool:
+            attempt = 0
+            while still_leading():
+                try:
+                    await self.broker.write_txn_marker(
+                        tp.topic, tp.partition, plan.producer_id, plan.producer_epoch, term, control
+                    )
+                    self.broker.metrics.txn_marker_written(tp.topic, plan.commit)
+                    return True
+                except BrokerError as exc:
+                    code = exc.error_code
+                    if code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                        log.warning("marker for %s skipped: the partition no longer exists", tp)
+                        return True
+                    if code is ErrorCode.INVALID_PRODUCER_EPOCH:
+                        # The partition already saw a newer epoch of this producer: this
+                        # transaction ended there before (a later one has begun).
+                        log.warning("marker for %s of %s superseded: %s", tp, plan.transactional_id, exc)
+                        return True
+                    if code is ErrorCode.TRANSACTION_COORDINATOR_FENCED:
+                        log.info("marker for %s fenced by a newer coordinator; leaving it to it", tp)
+                        return False
+                    if not code.retriable:
+                        log.error("marker for %s of %s failed: %s (retrying)", tp, plan.transactional_id, exc)
+                await asyncio.sleep(_MARKER_BACKOFF_S[min(attempt, len(_MARKER_BACKOFF_S) - 1)])
+                attempt += 1
+            return False
+
+        results = await asyncio.gather(*(one(tp) for tp in sorted(plan.partitions, key=str)))
+        if not all(results):
+            return
+        attempt = 0
+        while still_leading():
+            try:
+                result = await self._submit(
+                    part,
+                    lambda now, cepoch: CompleteTxn(
+                        transactional_id=plan.transactional_id,
+                        producer_id=plan.producer_id,
+                        producer_epoch=plan.producer_epoch,
+                        commit=plan.commit,
+                        now_ms=now,
+                        coordinator_epoch=cepoch,
+                    ),
+                )
+            except BrokerError as exc:
+                if exc.retriable:
+                    await asyncio.sleep(_MARKER_BACKOFF_S[min(attempt, len(_MARKER_BACKOFF_S) - 1)])
+                    attempt += 1
+                    continue
+                log.error("CompleteTxn of %s failed: %s", plan.transactional_id, exc)
+                return
+            if isinstance(result, CompleteTxnResult) and not result.already_complete:
+                outcome = TxnOutcome.COMMITTED if plan.commit else self._abort_reason.pop(key, TxnOutcome.ABORTED)
+                duration = (now_ms() - start_ms) / 1000 if start_ms >= 0 else time.monotonic() - started
+                self.broker.metrics.txn_completed(outcome, duration)
+            return
+
+    # ---- produce-side verification (KIP-890) ---------------------------------------------------
+
+    async def verify_partition(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
+    ) -> None:
+        """Raise unless (topic, partition) is in the producer's ongoing transaction; adds it if needed."""
+        key = (transactional_id, producer_id, producer_epoch, topic, partition)
+        if key in self._verified:
+            self._verified.move_to_end(key)
+            return
+        p = self.partition_for(transactional_id)
+        local = self.groups.local.get(p)
+        if local is not None and local.group.is_leader():
+            err = local.sm.partition_in_txn(transactional_id, producer_id, producer_epoch, topic, partition)
+            if err is not None:
+                if err.error_code is not ErrorCode.INVALID_TXN_STATE:
+                    raise err
+                await self.add_partitions(
+                    transactional_id, producer_id, producer_epoch, [TopicPartition(topic, partition)]
+                )
+        else:
+            await self._remote(
+                p,
+                "/v1/internal/txn/verify",
+                {
+                    "transactional_id": transactional_id,
+                    "producer_id": producer_id,
+                    "producer_epoch": producer_epoch,
+                    "topic": topic,
+                    "partition": partition,
+                },
+            )
+        self._verified[key] = None
+        if len(self._verified) > _VERIFIED_CACHE:
+            self._verified.popitem(last=False)
+
+    # ---- timeouts and expiry --------------------------------------------------------------------
+
+    async def _scan(self) -> None:
+        cfg = self.broker.config
+        now = now_ms()
+        for part in list(self.groups.local.values()):
+            if not part.group.is_leader():
+                continue
+            for meta in part.sm.expired_transactions(now, cfg.transaction_max_prepared_ms):
+                try:
+                    if meta.group_id is not None:
+                        await self._orphan_group_abort(meta)
+                    else:
+                        log.info("aborting %s: past its timeout of %d ms", meta.transactional_id, meta.timeout_ms)
+                        self._abort_reason[meta.transactional_id] = TxnOutcome.TIMED_OUT
+                        await self._submit(part, _fence_and_abort(meta))
+                except BrokerError as exc:
+                    log.info("timeout abort of %s not done now: %s", meta.transactional_id, exc)
+            for meta in part.sm.expired_transactional_ids(now, cfg.transactional_id_expiration_ms):
+                with contextlib.suppress(BrokerError):
+                    await self._submit(part, _expire(meta, cfg.transactional_id_expiration_ms))
+
+    # ---- reads ------------------------------------------------------------------------------------
+
+    def local_transactions(self, states: set[TransactionState] | None = None) -> list[dict[str, Any]]:
+        """Transactions of the partitions this node leads (each id is listed by exactly one node)."""
+        out: list[dict[str, Any]] = []
+        for part in self.groups.local.values():
+            if part.group.is_leader():
+                out.extend(metadata_json(m) for m in part.sm.transactions(states))
+        return out
+
+    def describe(self, transactional_id: str) -> dict[str, Any]:
+        part = self.leading(transactional_id)
+        meta = part.sm.get(transactional_id)
+        if meta is None:
+            raise BrokerError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"no transactional id {transactional_id!r}")
+        return metadata_json(meta)
+
+    def prefix_matches(self, prefix: str) -> list[TransactionMetadata]:
+        out: list[TransactionMetadata] = []
+        for part in self.groups.local.values():
+            if part.group.is_leader():
+                out.extend(part.sm.transactions_matching_prefix(prefix))
+        return out
+
+    def sample(self) -> TransactionSample:
+        """Open transactions and the oldest one's start over the partitions this node leads (scrape time)."""
+        open_ = [m for m in self._led_transactions() if m.state in OPEN_STATES]
+        starts = [m.txn_start_time_ms for m in open_ if m.txn_start_time_ms >= 0]
+        led = sum(1 for part in self.groups.local.values() if part.group.is_leader())
+        return TransactionSample(
+            open=len(open_),
+            oldest_open_start_ms=min(starts) if starts else None,
+            max_timeout_ms=self.broker.config.transaction_max_timeout_ms,
+            coordinator_partitions=led,
+        )
+
+    def _led_transactions(self) -> list[TransactionMetadata]:
+        out: list[TransactionMetadata] = []
+        for part in self.groups.local.values():
+            if part.group.is_leader():
+                out.extend(part.sm.transactions())
+        return out

@@ -1,0 +1,211 @@
+"""Transactions over plain HTTP on 3 node processes (issue 4; kafka_txn.md §14 cited per test)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+
+from tests.support.cluster import LocalCluster, http, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _ok(status: int, body: Any, what: str) -> Any:
+    assert status == 200, (what, status, body)
+    return body
+
+
+def call(c: LocalCluster, method: str, path: str, body: Any = None, via: int = 1, timeout: float = 30) -> Any:
+    """Call ``path``, retrying the retriable answers a client library would retry."""
+
+    def attempt() -> Any:
+        status, res = http(method, c.url(via) + path, body)
+        if status < 300:
+            return res
+        assert res.get("retriable"), (path, status, res)
+        return None
+
+    return wait_for(attempt, timeout, f"{method} {path}")
+
+
+class TxnWriter:
+    """A transactional producer written against the raw HTTP API (the contract, not the client)."""
+
+    def __init__(self, c: LocalCluster, tid: str, timeout_ms: int = 60_000) -> None:
+        self.c = c
+        self.tid = tid
+        init = call(c, "POST", "/v1/producers/init", {"transactional_id": tid, "transaction_timeout_ms": timeout_ms})
+        self.pid = init["producer_id"]
+        self.epoch = init["producer_epoch"]
+        self.seq: dict[tuple[str, int], int] = {}
+
+    def send(self, topic: str, partition: int, values: list[bytes]) -> tuple[int, Any]:
+        seq = self.seq.get((topic, partition), 0)
+        body = {
+            "transactional_id": self.tid,
+            "partitions": [
+                {
+                    "topic": topic,
+                    "partition": partition,
+                    "producer_id": self.pid,
+                    "producer_epoch": self.epoch,
+                    "base_sequence": seq,
+                    "records": [{"value": base64.b64encode(v).decode()} for v in values],
+                }
+            ],
+        }
+        leader = self.c.wait_leaders(topic, partition + 1)[partition]
+        status, res = http("POST", self.c.url(leader) + "/v1/produce", body)
+        if status == 200:
+            self.seq[(topic, partition)] = seq + len(values)
+        return status, res
+
+    def end(self, commit: bool) -> Any:
+        res = call(
+            self.c,
+            "POST",
+            f"/v1/transactions/{self.tid}/end",
+            {"producer_id": self.pid, "producer_epoch": self.epoch, "commit": commit},
+        )
+        self.pid, self.epoch = res["producer_id"], res["producer_epoch"]
+        self.seq.clear()
+        return res
+
+
+def fetch(c: LocalCluster, topic: str, p: int, isolation: str, fmt: str = "json", via: int | None = None) -> Any:
+    node = via if via is not None else c.wait_leaders(topic, p + 1)[p]
+    url = f"/v1/topics/{topic}/partitions/{p}/records?offset=0&isolation={isolation}&format={fmt}"
+    return _ok(*http("GET", c.url(node) + url), url)
+
+
+def values(res: Any) -> list[bytes]:
+    return [base64.b64decode(r["value"]) for r in res["records"]]
+
+
+def test_commit_across_two_topics_is_atomic_and_abort_is_invisible(make_cluster):
+    # §14 items 1-2: a committed txn becomes visible everywhere; an aborted one never to read_committed
+    c = make_cluster()
+    for t in ("a", "b"):
+        c.create_topic(t, partitions=3, rf=3)
+        c.wait_leaders(t, 3)
+    w = TxnWriter(c, "tx-commit")
+    for t in ("a", "b"):
+        for p in range(3):
+            status, res = w.send(t, p, [f"{t}{p}-{i}".encode() for i in range(5)])
+            assert status == 200, res
+    # While open: read_committed sees nothing and the LSO is pinned at the txn's first offset
+    for t in ("a", "b"):
+        for p in range(3):
+            rc = fetch(c, t, p, "read_committed")
+            assert rc["records"] == []
+            assert rc["last_stable_offset"] == 0
+            assert rc["high_watermark"] == 5
+            assert len(values(fetch(c, t, p, "read_uncommitted"))) == 5
+    w.end(commit=True)
+    for t in ("a", "b"):
+        for p in range(3):
+            rc = fetch(c, t, p, "read_committed")
+            assert values(rc) == [f"{t}{p}-{i}".encode() for i in range(5)]
+            assert rc["last_stable_offset"] == rc["high_watermark"] == 6  # 5 records + COMMIT marker
+    # An aborted txn: invisible to read_committed by both paths, visible to read_uncommitted
+    for p in range(3):
+        assert w.send("a", p, [b"doomed"])[0] == 200
+    w.end(commit=False)
+    for p in range(3):
+        rc = fetch(c, "a", p, "read_committed")
+        assert b"doomed" not in values(rc)
+        batches = fetch(c, "a", p, "read_committed", fmt="batches")
+        assert batches["aborted_transactions"] == [{"producer_id": w.pid, "first_offset": 6}]
+        types = [b["control_type"] for b in batches["batches"] if b["is_control"]]
+        assert types == ["COMMIT", "ABORT"]
+        assert b"doomed" in values(fetch(c, "a", p, "read_uncommitted"))
+
+
+def test_zombie_is_fenced_on_send_and_commit(make_cluster):
+    # §14 item 5: a second InitProducerId fences the first producer's epoch
+    c = make_cluster()
+    c.create_topic("z", partitions=1, rf=3)
+    c.wait_leaders("z", 1)
+    old = TxnWriter(c, "tx-zombie")
+    assert old.send("z", 0, [b"old"])[0] == 200
+    new = TxnWriter(c, "tx-zombie")
+    assert (new.pid, new.epoch) != (old.pid, old.epoch)
+    status, res = old.send("z", 0, [b"zombie"])
+    assert status == 409
+    assert res["partitions"][0]["error_code"] in ("INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED")
+    status, res = http(
+        "POST",
+        c.url(1) + "/v1/transactions/tx-zombie/end",
+        {"producer_id": old.pid, "producer_epoch": old.epoch, "commit": True},
+    )
+    assert status == 409
+    assert res["error_code"] in ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH")
+    assert new.send("z", 0, [b"new"])[0] == 200
+    new.end(commit=True)
+    # The zombie's open txn was aborted by the fencing InitProducerId; only "new" is visible
+    assert values(fetch(c, "z", 0, "read_committed")) == [b"new"]
+
+
+def test_timed_out_transaction_is_aborted_by_the_coordinator(make_cluster):
+    # §14 item 8 (transaction timeout): the coordinator fences and aborts, releasing the LSO
+    c = make_cluster(transaction_abort_scan_interval_ms=200)
+    c.create_topic("slow", partitions=1, rf=3)
+    c.wait_leaders("slow", 1)
+    w = TxnWriter(c, "tx-slow", timeout_ms=2000)
+    assert w.send("slow", 0, [b"never"])[0] == 200
+    assert fetch(c, "slow", 0, "read_committed")["last_stable_offset"] == 0
+    wait_for(
+        lambda: fetch(c, "slow", 0, "read_committed")["last_stable_offset"] == 2,
+        15,
+        "the coordinator aborted the timed-out txn (LSO past its ABORT marker)",
+    )
+    assert values(fetch(c, "slow", 0, "read_committed")) == []
+    status, res = http(
+        "POST",
+        c.url(1) + "/v1/transactions/tx-slow/end",
+        {"producer_id": w.pid, "producer_epoch": w.epoch, "commit": True},
+    )
+    assert status == 409, res
+    assert res["error_code"] in ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_TXN_STATE")
+
+
+def test_transactional_batch_for_partition_not_in_txn_is_verified_and_added(make_cluster):
+    # KIP-890: the first transactional produce adds the partition (TV2); listing shows it
+    c = make_cluster()
+    c.create_topic("v", partitions=2, rf=3)
+    c.wait_leaders("v", 2)
+    w = TxnWriter(c, "tx-verify")
+    assert w.send("v", 1, [b"x"])[0] == 200
+    desc = call(c, "GET", "/v1/transactions/tx-verify", via=2)
+    assert desc["state"] == "Ongoing"
+    assert desc["partitions"] == [{"topic": "v", "partition": 1}]
+    listed = call(c, "GET", "/v1/transactions?state=Ongoing", via=3)
+    assert [t["transactional_id"] for t in listed["transactions"]] == ["tx-verify"]
+    coord = call(c, "GET", "/v1/coordinators/transaction/tx-verify", via=1)
+    assert coord["url"] == c.url(coord["node_id"])
+    w.end(commit=True)
+    assert call(c, "GET", "/v1/transactions?state=Ongoing", via=2)["transactions"] == []
+
+
+def test_prepared_group_commit_commits_every_member(make_cluster):
+    # KIP-939-style prepare + atomic group commit (issue 4 item 4)
+    c = make_cluster()
+    c.create_topic("g", partitions=3, rf=3)
+    c.wait_leaders("g", 3)
+    writers = [TxnWriter(c, f"job-7-task-{i}") for i in range(3)]
+    for i, w in enumerate(writers):
+        assert w.send("g", i, [f"task-{i}".encode()])[0] == 200
+        call(c, "POST", f"/v1/transactions/{w.tid}/prepare", {"producer_id": w.pid, "producer_epoch": w.epoch})
+    for i in range(3):
+        assert values(fetch(c, "g", i, "read_committed")) == []
+    members = [{"transactional_id": w.tid, "producer_id": w.pid, "producer_epoch": w.epoch} for w in writers]
+    res = call(c, "POST", "/v1/transaction-groups/job-7/end", {"commit": True, "members": members}, via=2)
+    assert res["committed"] is True
+    for i in range(3):
+        wait_for(
+            lambda i=i: values(fetch(c, "g", i, "read_committed")) == [f"task-{i}".encode()],
+            15,
+            f"member {i} committed",
+        )
