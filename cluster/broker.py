@@ -506,6 +506,8 @@ class Broker:
             pre = rep.log.check_append(header)
             if pre is not None:
                 raise pre
+            if transactional_id is not None and not header.is_transactional:
+                raise BrokerError(ErrorCode.INVALID_REQUEST, "transactional_id given for a non-transactional batch")
             if header.is_transactional:
                 if transactional_id is None:
                     raise BrokerError(ErrorCode.INVALID_REQUEST, "a transactional batch needs the transactional_id")

@@ -434,7 +434,7 @@ def binary_cases() -> list[Case]:
         ("tid len -2", raw_produce(tlen=-2), "INVALID_REQUEST"),
         ("tid len past end", raw_produce(tid=b"t", tlen=30000), "INVALID_REQUEST"),
         ("tid not utf-8", raw_produce(tid=b"\xff\xfe"), "INVALID_REQUEST"),
-        ("tid set", raw_produce(tid=b"txn-1"), "INVALID_TXN_STATE"),
+        ("tid set", raw_produce(tid=b"txn-1"), "INVALID_REQUEST"),
         ("partition count -1", raw_produce(count=-1), "INVALID_REQUEST"),
         ("partition count 0", raw_produce(parts=[]), "INVALID_REQUEST"),
         ("partition count huge", raw_produce(count=2**31 - 1), "INVALID_REQUEST"),
@@ -675,7 +675,7 @@ def json_produce_cases() -> list[Case]:
         ("tid int", jp(transactional_id=5), "INVALID_REQUEST"),
         ("tid list", jp(transactional_id=["t"]), "INVALID_REQUEST"),
         ("tid too long", jp(transactional_id="t" * 40_000), "INVALID_REQUEST"),
-        ("tid set", jp(transactional_id="txn"), "INVALID_TXN_STATE"),
+        ("tid set", jp(transactional_id="txn"), "INVALID_REQUEST"),
         ("duplicate partition", jdump({"partitions": [json.loads(jp())["partitions"][0]] * 2}), "INVALID_REQUEST"),
         (
             "valid then invalid entry",

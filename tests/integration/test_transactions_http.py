@@ -209,3 +209,49 @@ def test_prepared_group_commit_commits_every_member(make_cluster):
             15,
             f"member {i} committed",
         )
+
+
+def test_bad_transaction_requests_get_4xx_and_change_nothing(make_cluster):
+    c = make_cluster()
+    c.create_topic("bad", partitions=1, rf=3)
+    c.wait_leaders("bad", 1)
+    w = TxnWriter(c, "tx-good")
+    ident = {"producer_id": w.pid, "producer_epoch": w.epoch}
+    cases: list[tuple[str, str, Any, str]] = [
+        ("POST", "/v1/producers/init", {"transactional_id": "", "transaction_timeout_ms": 1000}, "INVALID_REQUEST"),
+        ("POST", "/v1/producers/init", {"transactional_id": "x", "transaction_timeout_ms": 10**9},
+         "INVALID_TRANSACTION_TIMEOUT"),  # fmt: skip
+        ("POST", "/v1/producers/init", {"transactional_id": 7}, "INVALID_REQUEST"),
+        ("POST", "/v1/transactions/tx-good/end", {**ident}, "INVALID_REQUEST"),
+        ("POST", "/v1/transactions/tx-good/end", {**ident, "commit": "yes"}, "INVALID_REQUEST"),
+        ("POST", "/v1/transactions/tx-good/end", {"producer_id": w.pid, "commit": True}, "INVALID_REQUEST"),
+        ("POST", "/v1/transactions/tx-good/end", {**ident, "producer_epoch": -5, "commit": True}, "INVALID_REQUEST"),
+        ("POST", "/v1/transactions/tx-good/end", {"producer_id": w.pid + 999, "producer_epoch": 0, "commit": True},
+         "INVALID_PRODUCER_ID_MAPPING"),  # fmt: skip
+        ("POST", "/v1/transactions/nobody/end", {**ident, "commit": True}, "INVALID_PRODUCER_ID_MAPPING"),
+        ("POST", "/v1/transactions/tx-good/partitions", {**ident, "partitions": "bad-0"}, "INVALID_REQUEST"),
+        ("POST", "/v1/transactions/tx-good/partitions", {**ident, "partitions": [{"topic": "nope", "partition": 0}]},
+         "UNKNOWN_TOPIC_OR_PARTITION"),  # fmt: skip
+        ("POST", "/v1/transactions/tx-good/partitions", {**ident, "partitions": [{"topic": "bad", "partition": 9}]},
+         "UNKNOWN_TOPIC_OR_PARTITION"),  # fmt: skip
+        ("POST", "/v1/transactions/tx-good/prepare", {"producer_id": "1", "producer_epoch": 0}, "INVALID_REQUEST"),
+        ("GET", "/v1/transactions/never-seen", None, "TRANSACTIONAL_ID_NOT_FOUND"),
+        ("GET", "/v1/transactions?state=Sleeping", None, "INVALID_REQUEST"),
+        ("POST", "/v1/transaction-groups/g/end", {"commit": True, "members": []}, "INVALID_REQUEST"),
+        ("POST", "/v1/transaction-groups/g/end", {"commit": True, "members": [{"transactional_id": "x"}]},
+         "INVALID_REQUEST"),  # fmt: skip
+        ("POST", "/v1/transactions-by-prefix/abort", {"prefix": ""}, "INVALID_REQUEST"),
+        ("POST", "/v1/internal/txn/marker", {"topic": "bad", "partition": 0, "producer_id": w.pid,
+         "producer_epoch": 9, "coordinator_epoch": 99, "control_type": "COMMIT"}, "CLUSTER_AUTHORIZATION_FAILED"),
+    ]  # fmt: skip
+    for method, path, body, code in cases:
+        for via in (1, 2, 3):
+            status, res = http(method, c.url(via) + path, body)
+            assert 400 <= status < 500, (path, body, status, res)
+            assert res["error_code"] == code, (path, body, via, res)
+    # Nothing changed: the good txn still works, the partition is empty, nothing else exists
+    listed = call(c, "GET", "/v1/transactions", via=2)["transactions"]
+    assert [(t["transactional_id"], t["state"]) for t in listed] == [("tx-good", "Empty")]
+    assert w.send("bad", 0, [b"ok"])[0] == 200
+    w.end(commit=True)
+    assert values(fetch(c, "bad", 0, "read_committed")) == [b"ok"]
