@@ -83,7 +83,11 @@ class _GroupSyncObj(patches.CoalescedAppendEntries, SyncObj):  # type: ignore[mi
 
     def __init__(self, owner: RaftGroup, *args: Any, **kwargs: Any) -> None:
         self._owner = owner
+        self.commit_notify_delay = owner._settings.commit_notify_delay_s
         super().__init__(*args, **kwargs)
+
+    def _wake_at(self, when: float) -> None:
+        self._owner._shard.tick_at(self._owner.group_id, when)
 
     @replicated  # type: ignore[untyped-decorator]  # PySyncObj's decorator is untyped
     def apply_command(self, command: bytes) -> Any:

@@ -90,6 +90,7 @@ class Host:
             heartbeat_s=args.heartbeat,
             tick_interval_s=args.tick_interval,
             log_compaction_min_entries=args.compaction_min_entries,
+            commit_notify_delay_s=args.commit_notify_delay,
         )
         self.node = RaftNode(args.addr, pathlib.Path(args.data), settings, loop)
         self.factory = _load_factory(args.sm) if args.sm else ByteCountingStateMachine
@@ -261,6 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--heartbeat", type=float, default=0.1)
     p.add_argument("--tick-interval", type=float, default=0.1)
     p.add_argument("--compaction-min-entries", type=int, default=2000)
+    p.add_argument("--commit-notify-delay", type=float, default=RaftSettings.__dataclass_fields__["commit_notify_delay_s"].default)
     p.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
     logging.basicConfig(

@@ -32,6 +32,10 @@ class RaftSettings:
     tick_interval_s: float = 0.1
     # Split compaction windows across members (PySyncObj logCompactionSplit).
     log_compaction_split: bool = True
+    # How long a leader waits before telling followers a new commit index when
+    # no new entry carries it sooner (``pysyncobj_patches.CoalescedAppendEntries``).
+    # Delays followers' apply by at most this; never the leader's commit. 0: at once.
+    commit_notify_delay_s: float = 0.02
 
     def __post_init__(self) -> None:
         if not self.password:
@@ -40,6 +44,8 @@ class RaftSettings:
             raise ValueError("tick_threads must be >= 1")
         if not 0 < self.tick_interval_s <= self.heartbeat_s:
             raise ValueError("tick_interval_s must be in (0, heartbeat_s]")
+        if not 0 <= self.commit_notify_delay_s <= self.heartbeat_s:
+            raise ValueError("commit_notify_delay_s must be in [0, heartbeat_s]")
 
 
 @dataclass(frozen=True, slots=True)

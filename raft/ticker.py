@@ -7,8 +7,8 @@ group *dirty*; ``poll()`` is a no-op because the shard polls once for all.
 
 Loop: run control tasks (create/destroy groups, adopt sockets, transfers),
 tick every group when the tick interval has elapsed and otherwise only the
-dirty ones (an idle node does one pass per interval, not one per received
-heartbeat), then one real ``poll``.
+dirty ones and those whose ``tick_at`` time has come (an idle node does one
+pass per interval, not one per received heartbeat), then one real ``poll``.
 
 Threading: SyncObj is not thread-safe, so every SyncObj is constructed,
 ticked, fed and destroyed on its shard's thread. ``call()`` is the only way in
@@ -17,6 +17,7 @@ from other threads (a lock-free queue plus a wake-up pipe).
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import queue
@@ -101,6 +102,7 @@ class TickerShard:
         self.poller = _SafePoller()
         self.dirty: set[str] = set()
         self.groups: dict[str, Tickable] = {}
+        self._timers: list[tuple[float, str]] = []  # heap of (monotonic time, group id)
         self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -141,6 +143,15 @@ class TickerShard:
         self._tasks.put(task)
         self.wake()
         return fut
+
+    def tick_at(self, group_id: str, when: float) -> None:
+        """Tick ``group_id`` at (monotonic) time ``when`` at the latest (shard thread only)."""
+        heapq.heappush(self._timers, (when, group_id))
+
+    def _due_timers(self, now: float) -> None:
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            self.dirty.add(heapq.heappop(timers)[1])
 
     def wake(self) -> None:
         try:
@@ -186,6 +197,7 @@ class TickerShard:
                 self._run_tasks()
                 return
             now = time.monotonic()
+            self._due_timers(now)
             if now >= next_full:
                 targets = list(self.groups.values())
                 next_full = now + self.tick_interval
@@ -198,7 +210,8 @@ class TickerShard:
                 except Exception:
                     logger.exception("raft tick failed for group %r", group.group_id)
             self.ticks += 1
-            timeout = 0.0 if self.dirty else max(0.0, next_full - time.monotonic())
+            wake_at = min(next_full, self._timers[0][0]) if self._timers else next_full
+            timeout = 0.0 if self.dirty else max(0.0, wake_at - time.monotonic())
             try:
                 self.poller.poll(timeout)
             except Exception:

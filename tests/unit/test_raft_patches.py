@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+from time import monotonic
+from typing import Any
 
 import pysyncobj.pickle as psc_pickle
 import pysyncobj.syncobj as psc_syncobj
-from pysyncobj import SyncObj, SyncObjConf
+import pytest
+from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.transport import Transport
 
 from raft import pysyncobj_patches as patches
@@ -85,33 +88,93 @@ class _RecordingTransport(_NullTransport):
 
 
 class _Coalescing(patches.CoalescedAppendEntries, SyncObj):  # type: ignore[misc]
-    pass
+    def __init__(self, transport: _RecordingTransport, commit_notify_delay: float = 0.0) -> None:
+        conf = SyncObjConf(
+            autoTick=False,
+            appendEntriesUseBatch=False,
+            commandsWaitLeader=False,
+            appendEntriesPeriod=10.0,
+            raftMinTimeout=40.0,
+            raftMaxTimeout=50.0,
+            leaderFallbackTimeout=60.0,
+            connectionTimeout=60.0,
+        )
+        self.commit_notify_delay = commit_notify_delay
+        self.wakes: list[float] = []
+        super().__init__("127.0.0.1:1", ["127.0.0.1:2"], conf, transport=transport)
+
+    def _wake_at(self, when: float) -> None:
+        self.wakes.append(when)
+
+    @replicated  # type: ignore[untyped-decorator]
+    def put(self, value: bytes) -> bytes:
+        return value
+
+    def lead(self) -> Any:
+        """Make this node the leader with its follower connected (PySyncObj internals, test only)."""
+        self._SyncObj__raftState = 2
+        self._SyncObj__raftLeader = self._SyncObj__selfNode
+        follower = next(iter(self._SyncObj__otherNodes))
+        self._SyncObj__connectedNodes.add(follower)
+        self._SyncObj__raftNextIndex[follower] = self._SyncObj__getCurrentLogIndex() + 1
+        self._SyncObj__raftMatchIndex[follower] = 0
+        self._SyncObj__lastResponseTime[follower] = monotonic()
+        self._SyncObj__newAppendEntriesTime = monotonic() + 10.0
+        return follower
+
+
+def _append_entries(transport: _RecordingTransport) -> list[dict[str, Any]]:
+    return [m for _, m in transport.sent if isinstance(m, dict) and m.get("type") == "append_entries"]
 
 
 def test_queued_commands_go_out_in_one_append_entries_per_drain() -> None:
     patches.apply()
     transport = _RecordingTransport()
-    conf = SyncObjConf(autoTick=False, appendEntriesUseBatch=False, commandsWaitLeader=False)
-    so = _Coalescing("127.0.0.1:1", ["127.0.0.1:2"], conf, transport=transport)
+    so = _Coalescing(transport)
     try:
-        # Make this node a leader with its follower connected (PySyncObj internals, test only).
-        so._SyncObj__raftState = 2
-        so._SyncObj__raftLeader = so._SyncObj__selfNode
-        follower = next(iter(so._SyncObj__otherNodes))
-        so._SyncObj__connectedNodes.add(follower)
-        so._SyncObj__raftNextIndex[follower] = so._SyncObj__getCurrentLogIndex() + 1
+        so.lead()
         for i in range(5):
             so._applyCommand(b"cmd%d" % i, None)
         so._checkCommandsToApply()
-        appends = [m for _, m in transport.sent if isinstance(m, dict) and m.get("type") == "append_entries"]
+        appends = _append_entries(transport)
         assert len(appends) == 1
         assert [e[0] for e in appends[0]["entries"]] == [b"cmd%d" % i for i in range(5)]
         # A lone command is still sent within the same drain.
         so._applyCommand(b"alone", None)
         so._checkCommandsToApply()
-        appends = [m for _, m in transport.sent if isinstance(m, dict) and m.get("type") == "append_entries"]
+        appends = _append_entries(transport)
         assert len(appends) == 2
         assert [e[0] for e in appends[1]["entries"]] == [b"alone"]
+    finally:
+        so.destroy()
+        patches.close_pipe_notifier(so)
+
+
+@pytest.mark.parametrize("delay", [0.0, 5.0])
+def test_commit_notification_waits_for_the_delay_unless_disabled(delay: float) -> None:
+    patches.apply()
+    transport = _RecordingTransport()
+    so = _Coalescing(transport, commit_notify_delay=delay)
+    try:
+        follower = so.lead()
+        results: list[Any] = []
+        so.put(b"v", callback=lambda res, err: results.append((res, err)))
+        so.doTick(0.0)  # appends and replicates the entry
+        entry_index = so._SyncObj__getCurrentLogIndex()
+        assert _append_entries(transport)[-1]["entries"][-1][1] == entry_index
+        so._SyncObj__raftMatchIndex[follower] = entry_index  # the follower acknowledged
+        before = len(_append_entries(transport))
+        so.doTick(0.0)  # commits and applies on the leader
+        assert results == [(b"v", 0)]
+        notified = [m for m in _append_entries(transport)[before:] if m["commit_index"] == entry_index]
+        if delay == 0.0:
+            assert notified and not so.wakes  # PySyncObj's behaviour: at once
+            return
+        assert not notified
+        assert len(so.wakes) == 1 and so.wakes[0] <= monotonic() + delay
+        so._SyncObj__newAppendEntriesTime = monotonic() - 1  # the ticker wakes us at the due time
+        so.doTick(0.0)
+        assert _append_entries(transport)[-1]["commit_index"] == entry_index
     finally:
         so.destroy()
         patches.close_pipe_notifier(so)
