@@ -90,3 +90,71 @@ def leaders_timeout_error(name: str, timeout_s: float) -> BrokerError:
 def should_try_next_node(exc: BrokerError) -> bool:
     """A transport failure: the request did not reach a broker, so another node may answer it."""
     return exc.error_code is ErrorCode.NETWORK_EXCEPTION
+
+
+# ---- transactions (hanging-transaction tooling, prepared transactions) --------------------
+
+
+def _txn_path(transactional_id: str) -> str:
+    if not isinstance(transactional_id, str) or not transactional_id:
+        raise BrokerError(
+            ErrorCode.INVALID_REQUEST, f"transactional id must be a non-empty string: {transactional_id!r}"
+        )
+    return f"/v1/transactions/{quote(transactional_id, safe='')}"
+
+
+def list_transactions(states: Sequence[str] | None = None, prefix: str = "") -> AdminCall[list[dict[str, Any]]]:
+    """Every transaction of the cluster (optionally in ``states``, e.g. ``["Ongoing", "Prepared"]``)."""
+    query = []
+    if states:
+        query.append("state=" + ",".join(quote(s, safe="") for s in states))
+    if prefix:
+        query.append("prefix=" + quote(prefix, safe=""))
+    path = "/v1/transactions" + ("?" + "&".join(query) if query else "")
+    return AdminCall("GET", path, None, lambda b: list(_dict(b)["transactions"]))
+
+
+def describe_transaction(transactional_id: str) -> AdminCall[dict[str, Any]]:
+    return AdminCall("GET", _txn_path(transactional_id), None, _dict)
+
+
+def abort_transaction(transactional_id: str) -> AdminCall[dict[str, Any]]:
+    """Fence the producer and abort its open (or unbound prepared) transaction."""
+    return AdminCall("POST", _txn_path(transactional_id) + "/abort", {}, _dict)
+
+
+def abort_transactions_with_prefix(prefix: str) -> AdminCall[list[str]]:
+    if not prefix:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "prefix must not be empty")
+    return AdminCall("POST", "/v1/transactions-by-prefix/abort", {"prefix": prefix},
+                     lambda b: list(_dict(b)["aborted"]))  # fmt: skip
+
+
+def complete_prepared(
+    transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+) -> AdminCall[dict[str, Any]]:
+    """Commit or abort a prepared (unbound) transaction by the identity it was prepared with."""
+    body = {"producer_id": producer_id, "producer_epoch": producer_epoch, "commit": commit}
+    return AdminCall("POST", _txn_path(transactional_id) + "/end", body, _dict)
+
+
+def commit_prepared_group(
+    group_id: str, members: Sequence[tuple[str, int, int]], commit: bool = True
+) -> AdminCall[dict[str, Any]]:
+    """Decide a commit group of prepared transactions ``(transactional_id, producer_id, epoch)`` as one unit.
+
+    The decision is write-once: the answer carries the recorded decision and its members,
+    which may differ from ``members`` when the group was decided before.
+    """
+    if not isinstance(group_id, str) or not group_id:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "group id must be a non-empty string")
+    body = {
+        "commit": commit,
+        "members": [{"transactional_id": t, "producer_id": p, "producer_epoch": e} for t, p, e in members],
+    }
+    return AdminCall("POST", f"/v1/transaction-groups/{quote(group_id, safe='')}/end", body, _dict)
+
+
+def describe_producers(topic: str, partition: int) -> AdminCall[list[dict[str, Any]]]:
+    path = f"{_topic_path(topic)}/partitions/{int(partition)}/producers"
+    return AdminCall("GET", path, None, lambda b: list(_dict(b)["producers"]))

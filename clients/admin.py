@@ -81,6 +81,33 @@ class Admin:
                 raise calls.leaders_timeout_error(name, timeout_s)
             time.sleep(0.05)
 
+    # ---- transactions ----------------------------------------------------------------------
+
+    def list_transactions(self, states: Sequence[str] | None = None, prefix: str = "") -> list[dict[str, Any]]:
+        return self._run(calls.list_transactions(states, prefix))
+
+    def describe_transaction(self, transactional_id: str) -> dict[str, Any]:
+        return self._run(calls.describe_transaction(transactional_id))
+
+    def abort_transaction(self, transactional_id: str) -> dict[str, Any]:
+        return self._run(calls.abort_transaction(transactional_id))
+
+    def abort_transactions_with_prefix(self, prefix: str) -> list[str]:
+        return self._run(calls.abort_transactions_with_prefix(prefix))
+
+    def complete_prepared(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> dict[str, Any]:
+        return self._run(calls.complete_prepared(transactional_id, producer_id, producer_epoch, commit))
+
+    def commit_prepared_group(
+        self, group_id: str, members: Sequence[tuple[str, int, int]], commit: bool = True
+    ) -> dict[str, Any]:
+        return self._run(calls.commit_prepared_group(group_id, members, commit))
+
+    def describe_producers(self, topic: str, partition: int) -> list[dict[str, Any]]:
+        return self._run(calls.describe_producers(topic, partition))
+
     def close(self) -> None:
         """Nothing to release (one connection per call); here for kafka-python parity."""
 

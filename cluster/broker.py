@@ -416,6 +416,22 @@ class Broker:
         self.metrics.producer_ids_allocated.inc()
         return pid, 0
 
+    def describe_producers(self, topic: str, partition: int) -> list[dict[str, Any]]:
+        """Kafka's DescribeProducers: the producer state of a partition, from its leader."""
+        _meta, rep = self._leader_replica(topic, partition)
+        return [
+            {
+                "producer_id": e.producer_id,
+                "producer_epoch": e.producer_epoch,
+                "last_sequence": e.last_seq,
+                "last_timestamp": e.last_timestamp,
+                "coordinator_epoch": e.coordinator_epoch,
+                "current_txn_start_offset": e.current_txn_first_offset,
+                "current_txn_start_time": e.current_txn_start_time,
+            }
+            for e in sorted(rep.log.producer_entries(), key=lambda e: e.producer_id)
+        ]
+
     async def write_txn_marker(
         self, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
         control: ControlType,

@@ -186,6 +186,50 @@ def cmd_topic_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- transactions ------------------------------------------------------------------
+
+
+def cmd_txn_list(args: argparse.Namespace) -> int:
+    states = [s for s in (args.state or "").split(",") if s]
+    txns = Admin(args.bootstrap).list_transactions(states or None, args.prefix or "")
+    if args.json:
+        _print(txns)
+        return 0
+    now = time.time() * 1000
+    head = ("TRANSACTIONAL ID", "STATE", "PRODUCER", "EPOCH", "AGE s", "TIMEOUT s")
+    print(f"{head[0]:<32} {head[1]:<15} {head[2]:>10} {head[3]:>6} {head[4]:>8} {head[5]:>9} PARTITIONS")
+    for t in txns:
+        age = f"{(now - t['start_time_ms']) / 1000:.1f}" if t.get("start_time_ms", -1) >= 0 else "-"
+        parts = ",".join(f"{p['topic']}-{p['partition']}" for p in t["partitions"])
+        print(
+            f"{t['transactional_id']:<32} {t['state']:<15} {t['producer_id']:>10} {t['producer_epoch']:>6} "
+            f"{age:>8} {t['timeout_ms'] / 1000:>9.1f} {parts}"
+        )
+    return 0
+
+
+def cmd_txn_describe(args: argparse.Namespace) -> int:
+    _print(Admin(args.bootstrap).describe_transaction(args.transactional_id))
+    return 0
+
+
+def cmd_txn_abort(args: argparse.Namespace) -> int:
+    admin = Admin(args.bootstrap)
+    if args.prefix:
+        for tid in admin.abort_transactions_with_prefix(args.transactional_id):
+            print(f"aborted {tid}")
+        return 0
+    after = admin.abort_transaction(args.transactional_id)
+    print(f"aborted {args.transactional_id}: now {after['state']} (producer {after['producer_id']}, "
+          f"epoch {after['producer_epoch']})")  # fmt: skip
+    return 0
+
+
+def cmd_txn_producers(args: argparse.Namespace) -> int:
+    _print(Admin(args.bootstrap).describe_producers(args.topic, args.partition))
+    return 0
+
+
 # ---- produce / consume ---------------------------------------------------------------
 
 
@@ -284,6 +328,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-key", "--keyed", dest="print_key", action="store_true", help="print key<TAB>value")
     bootstrap(p)
     p.set_defaults(fn=cmd_consume)
+
+    txn = sub.add_parser("txn", help="transactions: list, describe, abort (hanging transactions)")
+    txn_sub = txn.add_subparsers(dest="sub", required=True)
+    p = txn_sub.add_parser("list", help="every transaction of the cluster")
+    p.add_argument("--state", help="comma-separated states, e.g. Ongoing,Prepared")
+    p.add_argument("--prefix", help="only transactional ids starting with this")
+    p.add_argument("--json", action="store_true")
+    bootstrap(p)
+    p.set_defaults(fn=cmd_txn_list)
+    p = txn_sub.add_parser("describe", help="one transactional id's state")
+    p.add_argument("transactional_id")
+    bootstrap(p)
+    p.set_defaults(fn=cmd_txn_describe)
+    p = txn_sub.add_parser("abort", help="fence the producer and abort its open transaction")
+    p.add_argument("transactional_id", help="the id (or, with --prefix, the prefix) to abort")
+    p.add_argument("--prefix", action="store_true", help="abort every open/prepared transaction with this prefix")
+    bootstrap(p)
+    p.set_defaults(fn=cmd_txn_abort)
+    p = txn_sub.add_parser("producers", help="producer state of a partition (pid, epoch, open txn start)")
+    p.add_argument("topic")
+    p.add_argument("partition", type=int)
+    bootstrap(p)
+    p.set_defaults(fn=cmd_txn_producers)
 
     p = sub.add_parser("bench", help="measure throughput, latency and failover (see BENCHMARKS.md)", add_help=False)
     p.add_argument("bench_args", nargs=argparse.REMAINDER)

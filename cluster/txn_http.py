@@ -86,6 +86,7 @@ class TxnRoutes:
     def register(self, app: web.Application) -> None:
         r = app.router
         r.add_get("/v1/coordinators/transaction/{transactional_id}", self.find_coordinator)
+        r.add_get("/v1/topics/{topic}/partitions/{partition}/producers", self.describe_producers)
         r.add_get("/v1/transactions", self.list_transactions)
         r.add_get("/v1/transactions/{transactional_id}", self.describe)
         r.add_post("/v1/transactions/{transactional_id}/partitions", self.add_partitions)
@@ -169,6 +170,22 @@ class TxnRoutes:
 
     async def find_coordinator(self, request: web.Request) -> web.Response:
         return web.json_response(self.txn.coordinator_json(self._tid(request)))
+
+    async def describe_producers(self, request: web.Request) -> web.Response:
+        topic = request.match_info["topic"]
+        partition = parsing.parse_decimal(request.match_info["partition"], "partition", lo=0, hi=2**31 - 1)
+        try:
+            producers = self.broker.describe_producers(topic, partition)
+        except BrokerError as exc:
+            url = exc.extra.get("leader_url")
+            if (
+                exc.error_code is not ErrorCode.NOT_LEADER_OR_FOLLOWER
+                or not url
+                or request.headers.get(FORWARDED_HEADER)
+            ):
+                raise
+            return await self._proxy(request, str(url), b"")
+        return web.json_response({"topic": topic, "partition": partition, "producers": producers})
 
     async def describe(self, request: web.Request) -> web.Response:
         tid = self._tid(request)

@@ -73,6 +73,33 @@ class AsyncAdmin:
                 raise calls.leaders_timeout_error(name, timeout_s)
             await asyncio.sleep(0.05)
 
+    # ---- transactions ----------------------------------------------------------------------
+
+    async def list_transactions(self, states: Sequence[str] | None = None, prefix: str = "") -> list[dict[str, Any]]:
+        return await self._run(calls.list_transactions(states, prefix))
+
+    async def describe_transaction(self, transactional_id: str) -> dict[str, Any]:
+        return await self._run(calls.describe_transaction(transactional_id))
+
+    async def abort_transaction(self, transactional_id: str) -> dict[str, Any]:
+        return await self._run(calls.abort_transaction(transactional_id))
+
+    async def abort_transactions_with_prefix(self, prefix: str) -> list[str]:
+        return await self._run(calls.abort_transactions_with_prefix(prefix))
+
+    async def complete_prepared(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> dict[str, Any]:
+        return await self._run(calls.complete_prepared(transactional_id, producer_id, producer_epoch, commit))
+
+    async def commit_prepared_group(
+        self, group_id: str, members: Sequence[tuple[str, int, int]], commit: bool = True
+    ) -> dict[str, Any]:
+        return await self._run(calls.commit_prepared_group(group_id, members, commit))
+
+    async def describe_producers(self, topic: str, partition: int) -> list[dict[str, Any]]:
+        return await self._run(calls.describe_producers(topic, partition))
+
     async def close(self) -> None:
         await self._session.close()
 

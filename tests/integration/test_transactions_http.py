@@ -255,3 +255,33 @@ def test_bad_transaction_requests_get_4xx_and_change_nothing(make_cluster):
     assert w.send("bad", 0, [b"ok"])[0] == 200
     w.end(commit=True)
     assert values(fetch(c, "bad", 0, "read_committed")) == [b"ok"]
+
+
+def test_txn_cli_lists_describes_and_aborts_a_hanging_transaction(make_cluster):
+    # Hanging-transaction tooling (issue 4 item 6): an open txn pins the LSO until an operator aborts it
+    import subprocess
+    import sys
+
+    c = make_cluster()
+    c.create_topic("hang", partitions=1, rf=3)
+    c.wait_leaders("hang", 1)
+    w = TxnWriter(c, "tx-hanging")
+    assert w.send("hang", 0, [b"stuck"])[0] == 200
+
+    def cli(*args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "cluster", *args, "--bootstrap", c.url(2)],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        return out.stdout
+
+    assert "tx-hanging" in cli("txn", "list", "--state", "Ongoing")
+    assert '"state": "Ongoing"' in cli("txn", "describe", "tx-hanging")
+    producers = cli("txn", "producers", "hang", "0")
+    assert f'"producer_id": {w.pid}' in producers
+    assert '"current_txn_start_offset": 0' in producers
+    assert fetch(c, "hang", 0, "read_committed")["last_stable_offset"] == 0
+    assert "aborted tx-hanging" in cli("txn", "abort", "tx-hanging")
+    wait_for(lambda: fetch(c, "hang", 0, "read_committed")["last_stable_offset"] == 2, 15, "LSO released")
+    assert values(fetch(c, "hang", 0, "read_committed")) == []
+    assert "tx-hanging" not in cli("txn", "list", "--state", "Ongoing")
