@@ -59,6 +59,17 @@ METADATA_ERRORS = frozenset(
 # topic length, partition, batch length. Counted so a request never exceeds max_request_size.
 _REQUEST_FRAMING = 18
 _PART_FRAMING = 10
+# Rejections that depend only on the batch bytes: every attempt (same bytes) met the same fate,
+# so none of them can be in the log, whatever answers were lost before.
+_CONTENT_ERRORS = frozenset(
+    {
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.MESSAGE_TOO_LARGE,
+        ErrorCode.RECORD_TOO_LARGE,
+        ErrorCode.INVALID_TIMESTAMP,
+    }
+)
 _FENCED = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED})
 
 
@@ -350,6 +361,8 @@ class RecordAccumulator:
             return Outcome.ACKED
         batch.last_error = error
         code = error.error_code
+        if code in _CONTENT_ERRORS:
+            batch.maybe_written = False
         if idem.enabled and code in _FENCED:
             if idem.is_current(batch.producer_id, batch.producer_epoch):
                 self._report_failure(batch, error)
@@ -357,14 +370,16 @@ class RecordAccumulator:
                 self.fail_all(BrokerError(code, f"producer fenced: {error.message}"))
                 return Outcome.FATAL
             return self._fail(pq, batch, error)
+        if idem.enabled and batch.behind_gap:
+            return self._resequence(pq, batch)
         if idem.enabled and code is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
             if batch.sent_with_live_predecessors or pq.has_live_predecessors(batch):
                 return self._retry(batch, now, wait_for_predecessors=True)
             idem.request_bump(f"{batch.topic}-{batch.partition}: sequence {batch.base_sequence} out of order")
-            return self._retry(batch, now) if batch.maybe_written else self._resequence(batch)
+            return self._retry(batch, now) if batch.maybe_written else self._resequence(pq, batch)
         if idem.enabled and code is ErrorCode.UNKNOWN_PRODUCER_ID:
             idem.request_bump(f"{batch.topic}-{batch.partition}: broker lost this producer's state")
-            return self._retry(batch, now) if batch.maybe_written else self._resequence(batch)
+            return self._retry(batch, now) if batch.maybe_written else self._resequence(pq, batch)
         if code in _PRODUCER_RETRIABLE:
             if code not in _NOT_SUBMITTED:
                 batch.maybe_written = True
@@ -383,17 +398,38 @@ class RecordAccumulator:
         batch.retry_at = now if wait_for_predecessors else now + self.retry_backoff_s
         return Outcome.RETRY
 
-    def _resequence(self, batch: ProducerBatch) -> Outcome:
+    def _resequence(self, pq: PartitionQueue, batch: ProducerBatch) -> Outcome:
         batch.transition_to(BatchState.RESEQUENCE)
         self.stats["resequenced"] += 1
+        self.idem.request_bump(f"{batch.topic}-{batch.partition}: sequence {batch.base_sequence} was not written")
+        self._mark_gap(pq, batch)
         return Outcome.RESEQUENCE
 
     def _fail(self, pq: PartitionQueue, batch: ProducerBatch, error: BrokerError) -> Outcome:
         self._report_failure(batch, error)
-        self._finish(pq, batch)
         if self.idem.enabled:
+            if not batch.maybe_written:
+                self._mark_gap(pq, batch)
             self.idem.request_bump(f"{batch.topic}-{batch.partition}: batch failed with {error.error_code.name}")
+        self._finish(pq, batch)
         return Outcome.FAILED
+
+    def _mark_gap(self, pq: PartitionQueue, batch: ProducerBatch) -> None:
+        """``batch`` is certainly not in the log and never will be: no later batch of its epoch can land either.
+
+        Those batches are re-sequenced under the next epoch instead of being
+        retried until they expire: waiting ones now, in-flight ones when their
+        request returns (an answer other than success is then certain).
+        """
+        behind = False
+        for b in pq.inflight:
+            if b is batch:
+                behind = True
+            elif behind:
+                b.behind_gap = True
+                if b.state is BatchState.RETRY_WAIT:
+                    b.transition_to(BatchState.RESEQUENCE)
+                    self.stats["resequenced"] += 1
 
     def request_finished(self) -> None:
         self.outstanding_requests -= 1
@@ -415,8 +451,11 @@ class RecordAccumulator:
             for b in pq.inflight:
                 if b.reported or now - b.created < limit:
                     continue
-                self._expire_one(b, now, maybe_written=b.maybe_written or b.state is BatchState.IN_FLIGHT)
+                maybe = b.maybe_written or b.state is BatchState.IN_FLIGHT
+                self._expire_one(b, now, maybe_written=maybe)
                 n += 1
+                if not maybe and self.idem.enabled:
+                    self._mark_gap(pq, b)
                 if b.state is BatchState.IN_FLIGHT:
                     b.expired = True  # DONE when its request returns
                 else:

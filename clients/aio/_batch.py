@@ -89,7 +89,7 @@ VALID_PREVIOUS: dict[BatchState, frozenset[BatchState]] = {
     BatchState.QUEUED: frozenset({BatchState.RESEQUENCE}),
     BatchState.IN_FLIGHT: frozenset({BatchState.QUEUED, BatchState.RETRY_WAIT}),
     BatchState.RETRY_WAIT: frozenset({BatchState.IN_FLIGHT}),
-    BatchState.RESEQUENCE: frozenset({BatchState.IN_FLIGHT}),
+    BatchState.RESEQUENCE: frozenset({BatchState.IN_FLIGHT, BatchState.RETRY_WAIT}),
     BatchState.DONE: frozenset(
         {BatchState.QUEUED, BatchState.IN_FLIGHT, BatchState.RETRY_WAIT, BatchState.RESEQUENCE}
     ),
@@ -127,6 +127,7 @@ class ProducerBatch:
         "_parts",
         "attempts",
         "base_sequence",
+        "behind_gap",
         "created",
         "expired",
         "failure",
@@ -171,6 +172,7 @@ class ProducerBatch:
         self.maybe_written = False
         self.sent_with_live_predecessors = False
         self.wait_for_predecessors = False
+        self.behind_gap = False  # an earlier batch of this epoch is certainly unwritten
         self.expired = False
         self.reported = False
         self.last_error: BrokerError | None = None  # of the latest attempt
@@ -246,7 +248,7 @@ class ProducerBatch:
     def unsequence(self) -> None:
         """Forget the identity of a batch that was never written, before it is sent under a new epoch."""
         self.producer_id = self.producer_epoch = self.base_sequence = -1
-        self.sent_with_live_predecessors = self.wait_for_predecessors = False
+        self.sent_with_live_predecessors = self.wait_for_predecessors = self.behind_gap = False
 
     @property
     def last_sequence(self) -> int:
