@@ -159,6 +159,7 @@ class AsyncProducer:
             on_report=self._on_report,
         )
         self._wake = asyncio.Event()
+        self._init_done = asyncio.Event()  # an InitProducerId attempt sequence ended (id or fatal error)
         self._memory_freed = asyncio.Event()
         self._flush_waiters: list[tuple[set[ProducerBatch], asyncio.Future[None]]] = []
         self._sender: asyncio.Task[None] | None = None
@@ -184,11 +185,13 @@ class AsyncProducer:
     async def start(self) -> None:
         """Start the sender and (idempotent mode) wait for a producer id, at most ``max_block_ms``."""
         self.ensure_started()
-        deadline = time.monotonic() + self._max_block_s
-        while self._idem.state is ProducerIdState.UNINITIALIZED:
-            if time.monotonic() > deadline:
-                raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, "no producer id within max_block_ms")
-            await asyncio.sleep(0.01)
+        try:
+            async with asyncio.timeout(self._max_block_s):
+                while self._idem.state is ProducerIdState.UNINITIALIZED:
+                    self._init_done.clear()
+                    await self._init_done.wait()
+        except TimeoutError as exc:
+            raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, "no producer id within max_block_ms") from exc
         self._raise_if_fatal()
 
     async def send(
@@ -519,6 +522,7 @@ class AsyncProducer:
                 await asyncio.sleep(self._retry_backoff_s)
         finally:
             self._init_task = None
+            self._init_done.set()
             self._wake.set()
 
     async def _send_request(self, url: str, batches: list[ProducerBatch]) -> None:
