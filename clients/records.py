@@ -11,7 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["ConsumerRecord", "Headers", "RecordMetadata", "TopicPartition"]
+__all__ = [
+    "ConsumerGroupMetadata",
+    "ConsumerRecord",
+    "Headers",
+    "OffsetAndMetadata",
+    "PreparedTransaction",
+    "RecordMetadata",
+    "TopicPartition",
+]
 
 Headers = tuple[tuple[str, bytes | None], ...]
 """Record headers as stored: ordered ``(key, value)`` pairs; keys may repeat, values may be None."""
@@ -63,3 +71,34 @@ class ConsumerRecord:
     @property
     def topic_partition(self) -> TopicPartition:
         return (self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    """A committed position: the offset of the NEXT record to consume, plus free-form metadata."""
+
+    offset: int
+    metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """A consumer's group identity (kafka-python/Kafka ``ConsumerGroupMetadata``).
+
+    ``Producer.send_offsets_to_transaction`` sends it with a transactional offset
+    commit so the group coordinator can fence a zombie member whose generation
+    is stale (KIP-447). ``generation_id`` -1 / empty ``member_id``: no membership.
+    """
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTransaction:
+    """A flushed, prepared transaction: any caller holding this identity may commit or abort it later."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
