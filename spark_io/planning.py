@@ -4,8 +4,8 @@
   into one offset per partition, using offsets read from the partition leaders.
 * ``checked_ranges``: [start, end) per partition with Kafka's data-loss checks
   (``failOnDataLoss``).
-* ``split``: more Spark tasks than partitions for ``minPartitions`` (Kafka's
-  ``KafkaOffsetRangeCalculator``: pieces proportional to range size).
+* ``split``: at least ``minPartitions`` Spark tasks (pieces proportional to
+  range size, like Kafka's ``KafkaOffsetRangeCalculator``).
 * ``rate_limit``: ``maxOffsetsPerTrigger`` spread over partitions in
   proportion to their backlog (Kafka's ``rateLimit``).
 
@@ -115,18 +115,33 @@ def checked_ranges(
 
 
 def split(ranges: Iterable[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
-    """Non-empty ranges, cut into about ``min_partitions`` pieces in proportion to their sizes."""
+    """Non-empty ranges, cut into at least ``min_partitions`` pieces (when they hold that many offsets).
+
+    Pieces per range are proportional to its size (largest remainders get the
+    leftover pieces), so tasks get similar amounts of work, as Kafka's
+    ``minPartitions`` intends.
+    """
     parts = [r for r in ranges if r.size > 0]
     if not min_partitions or min_partitions <= len(parts):
         return parts
     total = sum(r.size for r in parts)
+    shares = [r.size / total * min_partitions for r in parts]
+    pieces = [max(1, min(r.size, math.floor(share))) for r, share in zip(parts, shares, strict=True)]
+    by_remainder = sorted(range(len(parts)), key=lambda i: shares[i] - math.floor(shares[i]), reverse=True)
+    while sum(pieces) < min_partitions:
+        grown = False
+        for i in by_remainder:
+            if sum(pieces) >= min_partitions:
+                break
+            if pieces[i] < parts[i].size:
+                pieces[i] += 1
+                grown = True
+        if not grown:
+            break
     out: list[OffsetRange] = []
-    for r in parts:
-        pieces = max(1, min(r.size, round(r.size / total * min_partitions)))
-        for i in range(pieces):
-            s = r.start + r.size * i // pieces
-            e = r.start + r.size * (i + 1) // pieces
-            out.append(OffsetRange(r.topic, r.partition, s, e))
+    for r, k in zip(parts, pieces, strict=True):
+        for i in range(k):
+            out.append(OffsetRange(r.topic, r.partition, r.start + r.size * i // k, r.start + r.size * (i + 1) // k))
     return out
 
 

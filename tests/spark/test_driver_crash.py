@@ -1,0 +1,92 @@
+"""The driver dies between the group commit decision and the markers (issue 6, "Show").
+
+The Spark job runs with ``_test.handoffCommit``: its ``commit`` writes the
+members it would commit to a manifest instead (the state a driver is in just
+before its commit call: every task's transaction prepared, nothing visible).
+"The driver" is then ``python -m spark_io.commit MANIFEST`` -- the same commit
+code -- in a subprocess. The leader of one output partition is stopped first,
+so that partition's COMMIT markers cannot be written; once another partition
+shows the job's rows (the decision is recorded and its markers are being
+written) the driver is SIGKILLed, before it got an answer, and the stopped
+node is SIGKILLed and restarted. Recovery must then make all of the job's
+output visible, none of it twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.spark.support import committed_records, committed_values, open_transactions, wait_stable
+from tests.support.cluster import REPO, http, wait_for
+
+pytestmark = [pytest.mark.spark, pytest.mark.fault]
+
+ROWS = 3000
+
+
+def test_driver_killed_between_decision_and_markers(spark: Any, make_cluster: Any, tmp_path: Path) -> None:
+    c = make_cluster(3)
+    c.create_topic("dk", partitions=3)
+    manifest = tmp_path / "commit.json"
+    df = spark.range(0, ROWS, 1, 4).selectExpr("CAST(id AS STRING) AS value", "CAST(id % 3 AS INT) AS partition")
+    (df.write.format("txbroker").option("bootstrap", ",".join(c.urls)).option("topic", "dk")
+     .option("writeId", "dk-job").option("_test.handoffCommit", str(manifest)).mode("append").save())  # fmt: skip
+    doc = json.loads(manifest.read_text())
+    assert len(doc["members"]) == 4
+    assert committed_values(c, "dk", 3) == []  # prepared, invisible
+    assert {t["state"] for t in open_transactions(c, "dk-job:")} == {"Prepared"}
+
+    status, coord = http("GET", c.url(1) + "/v1/coordinators/transaction/dk-job")
+    assert status == 200, coord
+    leaders = c.wait_leaders("dk", 3)
+    stopped_p = next(p for p, n in leaders.items() if n != coord["node_id"])
+    victim = leaders[stopped_p]
+    visible_p = next(p for p, n in leaders.items() if n != victim)
+    doc["bootstrap"] = ",".join(u for i, u in enumerate(c.urls, 1) if i != victim)
+    manifest.write_text(json.dumps(doc))
+
+    c.signal(victim, signal.SIGSTOP)
+    driver = subprocess.Popen([sys.executable, "-m", "spark_io.commit", str(manifest)], cwd=str(REPO),
+                              env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+
+        def decided() -> bool:
+            leader = c.leader("dk", visible_p, via=coord["node_id"])
+            if leader is None or leader == victim:
+                return False
+            status, res = http("GET", f"{c.url(leader)}/v1/topics/dk/partitions/{visible_p}/records"
+                                      "?offset=0&isolation=read_committed&max_bytes=4194304", timeout=5)  # fmt: skip
+            return status == 200 and len(res["records"]) > 0
+
+        wait_for(decided, 60, f"the job's rows visible on partition {visible_p} (the decision is recorded)")
+        assert driver.poll() is None, "the driver got its answer before it was killed"
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(10)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(10)
+        assert driver.stdout is not None
+        driver.stdout.close()
+    c.kill(victim)  # a stopped process dies on SIGKILL
+    c.start_node(victim)
+    c.wait_ready()
+
+    def all_visible() -> list[bytes] | None:
+        values = committed_values(c, "dk", 3)
+        return values if len(values) >= ROWS else None
+
+    values = wait_for(all_visible, 90, "all of the job's rows visible after recovery")
+    assert sorted(int(v) for v in values) == list(range(ROWS))  # all of it, none twice
+    wait_stable(c, "dk", 3)
+    assert open_transactions(c, "dk-job:") == []
+    assert {int(v) % 3 for p, _o, v in committed_records(c, "dk", 3) if p == stopped_p} == {stopped_p}
