@@ -49,6 +49,7 @@ from .controller import (
     create_topic_command,
     delete_topic_command,
 )
+from .group_service import OFFSETS_TOPIC, GroupService
 from .metrics import NodeMetrics, NodeSample, PartitionSample
 from .peers import PeerView
 from .producer_ids import ProducerIdManager
@@ -134,6 +135,7 @@ class Broker:
         self.peers = PeerView(config)
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         self.txn = TransactionService(self)
+        self.consumer_groups = GroupService(self)
         self.controller: RaftGroup | None = None
         self.draining = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -163,6 +165,7 @@ class Broker:
         )
         self.replicas.reconcile(self.controller_sm.view)
         self.txn.start()
+        self.consumer_groups.start()
         self.peers.start()
         self._tasks = [
             self.loop.create_task(self._every(self.config.leader_balance_interval_s, self._balance_leaders)),
@@ -181,6 +184,7 @@ class Broker:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.peers.stop()
+        await self.consumer_groups.close()
         await self.txn.close()
         self.replicas.stop_all()
         self.raft.stop()
@@ -188,6 +192,7 @@ class Broker:
 
     async def _hand_off_leadership(self, timeout: float) -> None:
         groups = [r.group for r in self.replicas.replicas.values()] + self.txn.groups.groups()
+        groups += self.consumer_groups.groups.groups()
         if self.controller is not None:
             groups.append(self.controller)
         led = [g for g in groups if g.is_leader()]
@@ -336,6 +341,7 @@ class Broker:
                 "log_start_offset": rep.log.log_start_offset,
             }
         parts.update(self.txn.groups.state_json())
+        parts.update(self.consumer_groups.groups.state_json())
         return {
             "node_id": self.config.node_id,
             "controller_leader": self.controller_leader_id(),
@@ -437,6 +443,10 @@ class Broker:
         control: ControlType,
     ) -> TxnMarkerResult:  # fmt: skip
         """Write a COMMIT/ABORT marker on the partition's leader (here, or forwarded to it)."""
+        if topic == OFFSETS_TOPIC:
+            return await self.consumer_groups.write_txn_marker(
+                partition, producer_id, producer_epoch, coordinator_epoch, control
+            )
         meta = self.topic(topic)
         if not 0 <= partition < len(meta.partitions):
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")

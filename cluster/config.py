@@ -83,6 +83,12 @@ class NodeConfig:
     transaction_abort_scan_interval_ms: int = 10_000
     transactional_id_expiration_ms: int = 604_800_000
     transaction_max_prepared_ms: int = 86_400_000
+    # consumer groups (Kafka's names; offsets.topic.num.partitions is 50 in Kafka, 8 here: each
+    # partition is a Raft group on 3 nodes, and idle groups cost ticks. Never change it later.)
+    offsets_topic_partitions: int = 8
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 300_000
+    group_initial_rebalance_delay_ms: int = 0  # Kafka: 3000; 0 answers a lone first member at once
     # logging
     log_format: str = "text"
     log_level: str = "INFO"
@@ -175,6 +181,10 @@ def parse_config(raw: dict[str, Any], base_dir: Path | None = None) -> NodeConfi
         raise ConfigError("node_id/host/ports disagree with this node's [[nodes]] entry")
     if not 1 <= cfg.transaction_state_partitions <= 1024:
         raise ConfigError("transaction_state_partitions must be between 1 and 1024 (and never change later)")
+    if not 1 <= cfg.offsets_topic_partitions <= 1024:
+        raise ConfigError("offsets_topic_partitions must be between 1 and 1024 (and never change later)")
+    if not 1 <= cfg.group_min_session_timeout_ms <= cfg.group_max_session_timeout_ms:
+        raise ConfigError("need 1 <= group_min_session_timeout_ms <= group_max_session_timeout_ms")
     if cfg.log_format not in ("text", "json"):
         raise ConfigError("log_format must be 'text' or 'json'")
     return cfg

@@ -40,6 +40,7 @@ from clients.txn_filter import visible_records
 
 from . import parsing
 from .broker import READ_COMMITTED, READ_UNCOMMITTED, Broker, PartitionProduceResult
+from .group_http import GroupRoutes
 from .metrics import NodeMetrics
 from .openapi import openapi_document
 from .peers import AUTH_HEADER, FORWARDED_HEADER, sign, verify
@@ -107,6 +108,7 @@ class Api:
         self._rr = itertools.count()
         broker._forward = self.forward_internal
         self.txn_routes = TxnRoutes(self)
+        self.group_routes = GroupRoutes(self)
 
     # ---- plumbing -------------------------------------------------------------
 
@@ -477,6 +479,7 @@ def make_app(broker: Broker, metrics: NodeMetrics) -> web.Application:
     r.add_post("/v1/producers/init", api.init_producer)
     r.add_post("/v1/produce", api.produce)
     api.txn_routes.register(app)
+    api.group_routes.register(app)
     r.add_get("/v1/internal/state", api.internal_state)
     r.add_post("/v1/internal/producer-ids", api.internal_producer_ids)
     return app

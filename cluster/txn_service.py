@@ -58,6 +58,7 @@ from coordinator.commands import (
     encode_command,
 )
 from coordinator.group_commit import GroupDecision, GroupDecisionResult, member_commits
+from coordinator.group_metadata import OFFSETS_TOPIC
 from coordinator.metadata import MarkerPlan, TopicPartition, TransactionMetadata
 from coordinator.placement import coordinator_partition
 from coordinator.results import (
@@ -294,6 +295,10 @@ class TransactionService:
     ) -> AddPartitionsResult:
         tps = tuple(sorted(set(partitions), key=lambda tp: (tp.topic, tp.partition)))
         for tp in tps:
+            if tp.topic == OFFSETS_TOPIC:  # AddOffsetsToTxn / TxnOffsetCommit: a group's offsets partition
+                if not 0 <= tp.partition < self.broker.config.offsets_topic_partitions:
+                    raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp} does not exist")
+                continue
             meta = self.broker.topic(tp.topic)  # UNKNOWN_TOPIC_OR_PARTITION for a missing topic
             if not 0 <= tp.partition < len(meta.partitions):
                 raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic} has no partition {tp.partition}")

@@ -1,0 +1,239 @@
+"""HTTP routes of consumer groups and offsets (API.md "Producer ids and transactions", issue 5), and internal twins.
+
+A request for group G may reach any node: one that does not coordinate G
+proxies it once to the coordinator (``X-Txbroker-Forwarded`` stops loops), as
+the transaction routes do; a client can also ask
+``GET /v1/coordinators/group/G`` and go there directly -- better for the join
+long-poll, which may last up to the rebalance timeout. ``GET /v1/groups``
+fans out to every node, each answering for the coordinator partitions it leads.
+
+Internal endpoints (``/v1/internal/groups/*``, HMAC-signed): a transaction
+coordinator writes a COMMIT/ABORT marker to an offsets partition led elsewhere;
+the group listing's fan-out.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from clients.protocol import BrokerError, ControlType, ErrorCode
+from coordinator.group_assignors import ASSIGNORS, DEFAULT_PROTOCOL
+from coordinator.group_commands import OffsetCommit
+from coordinator.group_metadata import NO_GENERATION
+
+from . import parsing
+from .group_service import answer_json
+from .topics import validate_topic_name
+from .txn_http import _id, _identity
+
+if TYPE_CHECKING:
+    from .http_api import Api
+
+_MAX_OFFSETS = 10_000
+_MAX_TOPICS = 10_000
+_MAX_METADATA = 4096  # Kafka's offset.metadata.max.bytes
+DEFAULT_SESSION_TIMEOUT_MS = 10_000
+DEFAULT_REBALANCE_TIMEOUT_MS = 30_000
+
+
+def _member_id(body: dict[str, Any], *, required: bool) -> str:
+    raw = parsing.get_str(body, "member_id", required=required)
+    return _id(raw, "member_id") if raw else ""
+
+
+def _offsets(body: dict[str, Any]) -> tuple[OffsetCommit, ...]:
+    items = parsing.get_list(body, "offsets", max_len=_MAX_OFFSETS)
+    if not items:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "offsets must not be empty")
+    out: dict[tuple[str, int], OffsetCommit] = {}
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"offsets[{i}] must be an object")
+        topic = validate_topic_name(item.get("topic"))
+        partition = parsing.get_int(item, "partition", lo=0, hi=parsing.INT32_MAX)
+        offset = parsing.get_int(item, "offset", lo=0, hi=parsing.INT64_MAX)
+        metadata = parsing.get_str(item, "metadata", required=False, max_len=_MAX_METADATA) or ""
+        if (topic, partition) in out:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"{topic}-{partition} appears twice in offsets")
+        out[(topic, partition)] = OffsetCommit(topic, partition, offset, metadata)
+    return tuple(out.values())
+
+
+def _query_bool(request: web.Request, key: str) -> bool:
+    raw = request.query.get(key, "false").lower()
+    if raw not in ("true", "false", "1", "0"):
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"query parameter {key!r} must be true or false")
+    return raw in ("true", "1")
+
+
+class GroupRoutes:
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.broker = api.broker
+        self.svc = api.broker.consumer_groups
+
+    def register(self, app: web.Application) -> None:
+        r = app.router
+        r.add_get("/v1/coordinators/group/{group_id}", self.find_coordinator)
+        r.add_get("/v1/groups", self.list_groups)
+        r.add_get("/v1/groups/{group_id}", self.describe)
+        r.add_post("/v1/groups/{group_id}/join", self.join)
+        r.add_post("/v1/groups/{group_id}/heartbeat", self.heartbeat)
+        r.add_post("/v1/groups/{group_id}/leave", self.leave)
+        r.add_post("/v1/groups/{group_id}/offsets", self.commit_offsets)
+        r.add_get("/v1/groups/{group_id}/offsets", self.fetch_offsets)
+        r.add_post("/v1/transactions/{transactional_id}/offsets", self.add_offsets_to_txn)
+        r.add_post("/v1/internal/groups/marker", self.internal_marker)
+        r.add_post("/v1/internal/groups/list", self.internal_list)
+
+    # ---- plumbing -------------------------------------------------------------------------------
+
+    def _group(self, request: web.Request) -> str:
+        return _id(request.match_info["group_id"], "group_id")
+
+    async def _body(self, request: web.Request) -> tuple[bytes, dict[str, Any]]:
+        raw = await request.read()
+        return raw, parsing.parse_json_object(raw)
+
+    async def _routed(self, request: web.Request, raw: bytes, call: Any) -> web.Response:
+        return await self.api.txn_routes._routed(request, raw, call)
+
+    # ---- public routes --------------------------------------------------------------------------
+
+    async def find_coordinator(self, request: web.Request) -> web.Response:
+        return web.json_response(self.svc.coordinator_json(self._group(request)))
+
+    async def join(self, request: web.Request) -> web.Response:
+        group = self._group(request)
+        raw, body = await self._body(request)
+        member_id = _member_id(body, required=False)
+        session = parsing.get_int(body, "session_timeout_ms", default=DEFAULT_SESSION_TIMEOUT_MS, lo=1,
+                                  hi=parsing.INT32_MAX)  # fmt: skip
+        rebalance = parsing.get_int(body, "rebalance_timeout_ms", default=DEFAULT_REBALANCE_TIMEOUT_MS, lo=1,
+                                    hi=parsing.INT32_MAX)  # fmt: skip
+        topics = tuple(validate_topic_name(t) for t in parsing.get_list(body, "topics", max_len=_MAX_TOPICS))
+        protocol = parsing.get_str(body, "protocol", required=False, max_len=64) or DEFAULT_PROTOCOL
+        if protocol not in ASSIGNORS:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"protocol must be one of {sorted(ASSIGNORS)}")
+
+        async def call() -> dict[str, Any]:
+            return answer_json(await self.svc.join(group, member_id, topics, protocol, session, rebalance))
+
+        return await self._routed(request, raw, call)
+
+    async def heartbeat(self, request: web.Request) -> web.Response:
+        group = self._group(request)
+        raw, body = await self._body(request)
+        member_id = _member_id(body, required=True)
+        generation = parsing.get_int(body, "generation_id", lo=NO_GENERATION, hi=parsing.INT32_MAX)
+
+        async def call() -> dict[str, Any]:
+            self.svc.heartbeat(group, member_id, generation)
+            return {}
+
+        return await self._routed(request, raw, call)
+
+    async def leave(self, request: web.Request) -> web.Response:
+        group = self._group(request)
+        raw, body = await self._body(request)
+        member_id = _member_id(body, required=True)
+
+        async def call() -> dict[str, Any]:
+            self.svc.leave(group, member_id)
+            return {}
+
+        return await self._routed(request, raw, call)
+
+    async def commit_offsets(self, request: web.Request) -> web.Response:
+        group = self._group(request)
+        raw, body = await self._body(request)
+        offsets = _offsets(body)
+        generation = parsing.get_int(body, "generation_id", default=NO_GENERATION, lo=NO_GENERATION,
+                                     hi=parsing.INT32_MAX)  # fmt: skip
+        member_id = _member_id(body, required=False)
+        txn_fields = [k for k in ("transactional_id", "producer_id", "producer_epoch") if body.get(k) is not None]
+        if txn_fields and len(txn_fields) != 3:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "a transactional commit needs transactional_id, "
+                              "producer_id and producer_epoch")  # fmt: skip
+        tid = _id(str(parsing.get_str(body, "transactional_id")), "transactional_id") if txn_fields else None
+        pid, epoch = _identity(body) if txn_fields else (-1, -1)
+
+        async def call() -> dict[str, Any]:
+            if tid is not None:
+                res = await self.svc.txn_commit_offsets(group, tid, pid, epoch, offsets, generation, member_id)
+            else:
+                res = await self.svc.commit_offsets(group, offsets, generation, member_id)
+            return {
+                "group_id": group,
+                "pending": res.pending,
+                "offsets": [{"topic": o.topic, "partition": o.partition, "offset": o.offset} for o in offsets],
+            }
+
+        return await self._routed(request, raw, call)
+
+    async def fetch_offsets(self, request: web.Request) -> web.Response:
+        group = self._group(request)
+        require_stable = _query_bool(request, "require_stable")
+        raw_topics = request.query.get("topics")
+        topics = {validate_topic_name(t) for t in raw_topics.split(",") if t} if raw_topics else None
+
+        async def call() -> dict[str, Any]:
+            return {"group_id": group, "offsets": self.svc.fetch_offsets(group, topics, require_stable=require_stable)}
+
+        return await self._routed(request, b"", call)
+
+    async def describe(self, request: web.Request) -> web.Response:
+        group = self._group(request)
+
+        async def call() -> dict[str, Any]:
+            return self.svc.describe(group)
+
+        return await self._routed(request, b"", call)
+
+    async def list_groups(self, _request: web.Request) -> web.Response:
+        groups = self.svc.local_groups()
+        errors = []
+        for r in await self.api.txn_routes._fan_out("/v1/internal/groups/list", {}):
+            if "error" in r:
+                errors.append(r["error"])
+            else:
+                groups.extend(r["groups"])
+        return web.json_response({"groups": sorted(groups, key=lambda g: g["group_id"]), "unreachable": errors})
+
+    async def add_offsets_to_txn(self, request: web.Request) -> web.Response:
+        """AddOffsetsToTxn: runs on the transaction coordinator of the transactional id."""
+        tid = _id(request.match_info["transactional_id"], "transactional_id")
+        raw, body = await self._body(request)
+        pid, epoch = _identity(body)
+        group = _id(str(parsing.get_str(body, "group_id")), "group_id")
+
+        async def call() -> dict[str, Any]:
+            p = await self.svc.add_offsets_to_txn(tid, pid, epoch, group)
+            return {"transactional_id": tid, "group_id": group, "topic": "__consumer_offsets", "partition": p}
+
+        return await self._routed(request, raw, call)
+
+    # ---- internal routes --------------------------------------------------------------------------
+
+    async def internal_marker(self, request: web.Request) -> web.Response:
+        self.api.require_internal(request)
+        body = parsing.parse_json_object(await request.read())
+        try:
+            control = ControlType[str(body.get("control_type"))]
+        except KeyError as exc:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "control_type must be COMMIT or ABORT") from exc
+        pid, epoch = _identity(body)
+        result = await self.svc.write_txn_marker_here(
+            parsing.get_int(body, "partition", lo=0, hi=parsing.INT32_MAX),
+            pid,
+            epoch,
+            parsing.get_int(body, "coordinator_epoch", lo=0),
+            control,
+        )
+        return web.json_response({"log_append_time": result.log_append_time})
+
+    async def internal_list(self, request: web.Request) -> web.Response:
+        self.api.require_internal(request)
+        return web.json_response({"groups": self.svc.local_groups()})

@@ -1,0 +1,581 @@
+"""Group coordinators: the ``__consumer_offsets-p`` groups at work (issue 5; DESIGN.md "Raft groups").
+
+The coordinator of consumer group G is the ready leader of partition
+``coordinator_partition(G, M)`` (Kafka's hash; M = ``offsets_topic_partitions``,
+default 8, fixed for the cluster's life). Its replicated state
+(``coordinator.group_state_machine``): each group's last completed rebalance,
+committed offsets, pending transactional offsets and producer fences. Every
+change is a command stamped with the leader's clock and its Raft term
+(the coordinator epoch), decided in ``apply``.
+
+Live membership (``coordinator.group_membership``) exists only on the leader,
+in memory: joins long-poll until their rebalance completes, heartbeats and
+session timers run here, and the outcome of each rebalance is replicated
+(``StoreGroup``) before any member hears of it, so the generation a member
+holds is always durable. A new leader rebuilds membership from the stored
+generation and restarts the session timers; a lost leadership fails every
+waiting join with ``NOT_COORDINATOR``.
+
+Transactions (KIP-98/447/890): AddOffsetsToTxn adds ``__consumer_offsets-p``
+to the producer's transaction; a TxnOffsetCommit is checked against the live
+membership, verified with the transaction coordinator (which adds the
+partition if needed) and replicated as pending; the transaction's COMMIT/ABORT
+marker reaches the partition through ``Broker.write_txn_marker``, routed here.
+
+Everything runs on the asyncio loop; the state machines' Raft threads only
+write RocksDB and publish immutable values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any
+
+from clients.protocol import BrokerError, ControlType, ErrorCode
+from coordinator.group_commands import (
+    DEFAULT_PRODUCER_EXPIRATION_MS,
+    CommitOffsets,
+    ExpireProducers,
+    GroupsCommand,
+    OffsetCommit,
+    StoreGroup,
+    TxnCommitOffsets,
+    WriteTxnMarker,
+    encode_group_command,
+)
+from coordinator.group_membership import GroupMembership, JoinAnswer, RebalancePlan
+from coordinator.group_metadata import NO_GENERATION, OFFSETS_TOPIC, CommittedOffset
+from coordinator.group_rules import GroupStored, OffsetsCommitted
+from coordinator.group_state_machine import GroupStateMachine
+from coordinator.group_states import GroupState
+from coordinator.metadata import TopicPartition
+from coordinator.placement import coordinator_partition
+from raft import NotLeaderError, QueueFullError, RaftCommandFailed, RaftTimeoutError
+from storage.commands import TxnMarkerResult
+
+from .internal_groups import InternalGroups, InternalPartition
+from .metrics import CoordinatorKind, GroupCoordinatorSample, GroupSample
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger(__name__)
+
+__all__ = ["OFFSETS_TOPIC", "GroupService", "answer_json", "offsets_storage_prefix"]
+
+GroupPartition = InternalPartition[GroupStateMachine]
+#: Kafka's DescribeGroups state for a group the coordinator does not know.
+DEAD = "Dead"
+_MAX_TIMER_WAIT_S = 1.0  # subscribed-topic changes are noticed within this
+_PRODUCER_SCAN_S = 60.0
+_JOIN_GRACE_S = 5.0
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def offsets_storage_prefix(partition: int) -> bytes:
+    return b"O" + partition.to_bytes(4, "big")
+
+
+def _offset_json(c: CommittedOffset) -> dict[str, Any]:
+    return {"topic": c.topic, "partition": c.partition, "offset": c.offset, "metadata": c.metadata}
+
+
+def answer_json(a: JoinAnswer) -> dict[str, Any]:
+    return {
+        "group_id": a.group_id,
+        "generation_id": a.generation_id,
+        "member_id": a.member_id,
+        "leader_id": a.leader_id,
+        "protocol": a.protocol,
+        "assignment": [{"topic": tp.topic, "partition": tp.partition} for tp in a.assignment],
+        "members": list(a.members),
+    }
+
+
+class GroupService:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.count = cfg.offsets_topic_partitions
+        self.groups: InternalGroups[GroupStateMachine] = InternalGroups(
+            OFFSETS_TOPIC, self.count, cfg, broker.raft, broker.peers, self._make_sm,
+            on_leader_change=self._on_leader_change,
+        )  # fmt: skip
+        # partition -> group -> live membership, for the partitions this node leads (loaded in that term)
+        self._live: dict[int, dict[str, GroupMembership]] = {}
+        self._loaded_term: dict[int, int] = {}
+        self._waiters: dict[tuple[str, str], asyncio.Future[JoinAnswer]] = {}
+        self._completions: dict[str, asyncio.Task[None]] = {}
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def _make_sm(self, partition: int) -> GroupStateMachine:
+        return GroupStateMachine(self.broker.store, offsets_storage_prefix(partition), partition)
+
+    def start(self) -> None:
+        self.groups.start()
+        self.broker.metrics.set_group_source(self.sample)
+        loop = self.broker.loop
+        self._tasks = [loop.create_task(self._run_timers()), loop.create_task(self._expire_producers())]
+
+    async def close(self) -> None:
+        self._closing = True
+        tasks = [*self._tasks, *self._completions.values()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for p in list(self._live):
+            self._drop(p, BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is shutting down"))
+        self.groups.stop()
+
+    def _on_leader_change(self, part: GroupPartition) -> None:
+        if part.group.is_leader() and not self._closing:
+            self._ensure_loaded(part)
+        else:
+            self._drop(part.partition, self._not_coordinator(part.partition))
+
+    def _ensure_loaded(self, part: GroupPartition) -> None:
+        """Build this term's live membership from the stored groups (once per term of leadership).
+
+        Called from the leadership event, and again from every request and
+        timer tick, so a leadership event that arrives late (or reports no
+        change) never leaves a ready leader without its groups.
+        """
+        term = part.group.term()
+        if self._loaded_term.get(part.partition) == term:
+            return
+        self._drop(part.partition, self._not_coordinator(part.partition))
+        started = time.monotonic()
+        now = now_ms()
+        delay = self.broker.config.group_initial_rebalance_delay_ms
+        live = {
+            g.group_id: GroupMembership.from_metadata(g, now, initial_rebalance_delay_ms=delay)
+            for g in part.sm.groups()
+            if g.members
+        }
+        self._live[part.partition] = live
+        self._loaded_term[part.partition] = term
+        self.broker.metrics.coordinator_loaded(CoordinatorKind.GROUP, time.monotonic() - started)
+        log.info("%s: group coordinator for term %d; %d group(s) with members", part.group_id, term, len(live))
+        self._wake.set()
+
+    def _drop(self, partition: int, error: BrokerError) -> None:
+        """Forget the live membership of a partition this node no longer leads; its waiting joins fail."""
+        self._loaded_term.pop(partition, None)
+        for group_id in self._live.pop(partition, {}):
+            self._fail_waiters(group_id, error)
+
+    # ---- routing and submitting -------------------------------------------------------------
+
+    def partition_for(self, group_id: str) -> int:
+        return coordinator_partition(group_id, self.count)
+
+    def coordinator_json(self, group_id: str) -> dict[str, Any]:
+        p = self.partition_for(group_id)
+        node = self.groups.leader_id(p)
+        if node is None:
+            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC}-{p} has no leader")
+        return {"node_id": node, "url": self.broker.node_url(node), "partition": p}
+
+    def leading(self, group_id: str) -> GroupPartition:
+        part = self.groups.leading(self.partition_for(group_id))
+        self._ensure_loaded(part)
+        return part
+
+    def _not_coordinator(self, partition: int) -> BrokerError:
+        try:
+            self.groups.leading(partition)
+        except BrokerError as exc:
+            return exc
+        return BrokerError(ErrorCode.NOT_COORDINATOR, f"{OFFSETS_TOPIC}-{partition}: leadership changed")
+
+    async def _submit(self, part: GroupPartition, build: Callable[[int, int], GroupsCommand]) -> Any:
+        """Propose ``build(now_ms, coordinator_epoch)``; a ``BrokerError`` result is raised."""
+        if not part.group.is_leader():
+            raise self._not_coordinator(part.partition)
+        command = encode_group_command(build(now_ms(), part.group.term()))
+        try:
+            result = await part.group.submit(command, timeout=self.broker.config.request_timeout_ms / 1000)
+        except (NotLeaderError, RaftCommandFailed) as exc:
+            raise self._not_coordinator(part.partition) from exc
+        except RaftTimeoutError as exc:
+            raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, "group coordinator write not committed in time") from exc
+        except QueueFullError as exc:
+            raise BrokerError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, "group coordinator write queue is full") from exc
+        if isinstance(result, BrokerError):
+            raise result
+        return result
+
+    def _membership(self, part: GroupPartition, group_id: str, member_id: str = "") -> GroupMembership:
+        """The group's live membership, loaded from its stored metadata or new.
+
+        A request naming a member of a group this coordinator does not know is
+        answered without creating anything.
+        """
+        live = self._live.setdefault(part.partition, {})
+        m = live.get(group_id)
+        if m is None:
+            meta = part.sm.group(group_id)
+            delay = self.broker.config.group_initial_rebalance_delay_ms
+            if meta is not None:
+                m = GroupMembership.from_metadata(meta, now_ms(), initial_rebalance_delay_ms=delay)
+            elif member_id:
+                raise BrokerError(ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member of {group_id!r}")
+            else:
+                m = GroupMembership(group_id, initial_rebalance_delay_ms=delay)
+            live[group_id] = m
+        return m
+
+    def _partition_counts(self) -> dict[str, int]:
+        return {name: len(meta.partitions) for name, meta in self.broker.view.topics.items()}
+
+    # ---- membership ----------------------------------------------------------------------------
+
+    async def join(
+        self,
+        group_id: str,
+        member_id: str,
+        topics: tuple[str, ...],
+        protocol: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+    ) -> JoinAnswer:
+        """JoinGroup: answers when the member's rebalance completes (or at once for a retried join)."""
+        cfg = self.broker.config
+        if not cfg.group_min_session_timeout_ms <= session_timeout_ms <= cfg.group_max_session_timeout_ms:
+            raise BrokerError(
+                ErrorCode.INVALID_SESSION_TIMEOUT,
+                f"session_timeout_ms must be between {cfg.group_min_session_timeout_ms} "
+                f"and {cfg.group_max_session_timeout_ms}",
+            )
+        part = self.leading(group_id)
+        m = self._membership(part, group_id, member_id)
+        mid = member_id or str(uuid.uuid4())
+        outcome = m.join(
+            mid, new=not member_id, topics=topics, protocol=protocol, session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms, now_ms=now_ms(),
+        )  # fmt: skip
+        if isinstance(outcome, BrokerError):
+            raise outcome
+        if outcome is not None:
+            return outcome
+        key = (group_id, mid)
+        old = self._waiters.pop(key, None)
+        if old is not None and not old.done():
+            old.set_exception(BrokerError(ErrorCode.REBALANCE_IN_PROGRESS, "superseded by a newer join"))
+        fut: asyncio.Future[JoinAnswer] = self.broker.loop.create_future()
+        self._waiters[key] = fut
+        self._wake.set()
+        wait_s = (rebalance_timeout_ms + cfg.group_initial_rebalance_delay_ms) / 1000 + _JOIN_GRACE_S
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), wait_s)
+        except TimeoutError as exc:
+            raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS, "the rebalance did not complete in time") from exc
+        finally:
+            if self._waiters.get(key) is fut:
+                del self._waiters[key]
+
+    def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> None:
+        part = self.leading(group_id)
+        err = self._membership(part, group_id, member_id).heartbeat(member_id, generation_id, now_ms())
+        if err is not None:
+            raise err
+
+    def leave(self, group_id: str, member_id: str) -> None:
+        part = self.leading(group_id)
+        err = self._membership(part, group_id, member_id).leave(member_id, now_ms())
+        if err is not None:
+            raise err
+        fut = self._waiters.pop((group_id, member_id), None)
+        if fut is not None and not fut.done():
+            fut.set_exception(BrokerError(ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} left the group"))
+        self._wake.set()
+
+    def _fail_waiters(self, group_id: str, error: BrokerError) -> None:
+        for key in [k for k in self._waiters if k[0] == group_id]:
+            fut = self._waiters.pop(key)
+            if not fut.done():
+                fut.set_exception(error)
+
+    async def _run_timers(self) -> None:
+        """Session expiry, rebalance deadlines and subscribed-topic changes, for every led group."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._next_wait())
+            self._wake.clear()
+            try:
+                self._tick()
+            except Exception:
+                log.exception("group coordinator timers failed")
+
+    def _next_wait(self) -> float:
+        deadlines = [d for groups in self._live.values() for m in groups.values() if (d := m.next_deadline())]
+        if not deadlines:
+            return _MAX_TIMER_WAIT_S
+        return min(_MAX_TIMER_WAIT_S, max(0.005, (min(deadlines) - now_ms()) / 1000))
+
+    def _tick(self) -> None:
+        now = now_ms()
+        counts = self._partition_counts()
+        for part in list(self.groups.local.values()):
+            if not part.group.is_leader():
+                if part.partition in self._live:
+                    self._drop(part.partition, self._not_coordinator(part.partition))
+                continue
+            self._ensure_loaded(part)
+            groups = self._live[part.partition]
+            for group_id, m in list(groups.items()):
+                for mid in m.tick(now, counts):
+                    log.info("group %s: member %s expired (no heartbeat within its session timeout)", group_id, mid)
+                if m.ready(now) and group_id not in self._completions:
+                    plan = m.begin_completion(now, counts)
+                    for mid in plan.removed:
+                        log.info("group %s: member %s removed (did not rejoin in the rebalance timeout)", group_id, mid)
+                    task = self.broker.loop.create_task(self._complete(part, group_id, m, plan))
+                    self._completions[group_id] = task
+                    task.add_done_callback(self._completion_done(group_id))
+                elif m.state is GroupState.EMPTY and not m.members and m.completing is None:
+                    del groups[group_id]  # nothing live left; the stored metadata is the whole state
+
+    def _completion_done(self, group_id: str) -> Callable[[asyncio.Task[None]], None]:
+        def done(task: asyncio.Task[None]) -> None:
+            if self._completions.get(group_id) is task:
+                del self._completions[group_id]
+
+        return done
+
+    async def _complete(self, part: GroupPartition, group_id: str, m: GroupMembership, plan: RebalancePlan) -> None:
+        """Replicate a rebalance's plan, then form the generation and answer the waiting joins."""
+        try:
+            result = await self._submit(
+                part,
+                lambda now, cepoch: StoreGroup(
+                    group_id=group_id, protocol=plan.protocol, leader_id=plan.leader_id, members=plan.members,
+                    topic_partitions=plan.topic_partitions, now_ms=now, coordinator_epoch=cepoch,
+                ),
+            )  # fmt: skip
+        except BrokerError as exc:
+            if self._live.get(part.partition, {}).get(group_id) is m:
+                log.warning("group %s: rebalance not stored (%s); members must rejoin", group_id, exc)
+                m.completion_failed(now_ms())
+                self._fail_waiters(group_id, exc)
+            return
+        if self._live.get(part.partition, {}).get(group_id) is not m:
+            return  # leadership moved meanwhile; the waiters were failed then
+        assert isinstance(result, GroupStored), result
+        for answer in m.complete(result.metadata, now_ms()):
+            fut = self._waiters.get((group_id, answer.member_id))
+            if fut is not None and not fut.done():
+                fut.set_result(answer)
+        self.broker.metrics.group_rebalanced(group_id)
+        log.info(
+            "group %s: generation %d with %d member(s)", group_id, result.metadata.generation_id,
+            len(result.metadata.members),
+        )  # fmt: skip
+        self._wake.set()
+
+    # ---- offsets --------------------------------------------------------------------------------
+
+    def _precheck(self, part: GroupPartition, cmd: CommitOffsets | TxnCommitOffsets, transactional: bool) -> None:
+        """Fail fast on the leader: live membership (ahead of the stored one), then the stored rules."""
+        m = self._live.get(part.partition, {}).get(cmd.group_id)
+        err = m.validate_commit(cmd.member_id, cmd.generation_id, transactional=transactional) if m else None
+        result = err if err is not None else part.sm.preview(cmd)
+        if isinstance(result, BrokerError):
+            raise result
+
+    async def commit_offsets(
+        self, group_id: str, offsets: tuple[OffsetCommit, ...], generation_id: int = NO_GENERATION, member_id: str = ""
+    ) -> OffsetsCommitted:
+        part = self.leading(group_id)
+
+        def build(now: int, cepoch: int) -> CommitOffsets:
+            return CommitOffsets(
+                group_id=group_id, offsets=offsets, generation_id=generation_id, member_id=member_id,
+                now_ms=now, coordinator_epoch=cepoch,
+            )  # fmt: skip
+
+        self._precheck(part, build(now_ms(), part.group.term()), transactional=False)
+        result = await self._submit(part, build)
+        assert isinstance(result, OffsetsCommitted), result
+        return result
+
+    async def txn_commit_offsets(
+        self,
+        group_id: str,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: tuple[OffsetCommit, ...],
+        generation_id: int = NO_GENERATION,
+        member_id: str = "",
+    ) -> OffsetsCommitted:
+        """TxnOffsetCommit: pending until the transaction's marker reaches this partition."""
+        part = self.leading(group_id)
+
+        def build(now: int, cepoch: int) -> TxnCommitOffsets:
+            return TxnCommitOffsets(
+                group_id=group_id, transactional_id=transactional_id, producer_id=producer_id,
+                producer_epoch=producer_epoch, offsets=offsets, generation_id=generation_id, member_id=member_id,
+                now_ms=now, coordinator_epoch=cepoch,
+            )  # fmt: skip
+
+        self._precheck(part, build(now_ms(), part.group.term()), transactional=True)
+        # KIP-890: the offsets partition must be in the producer's ongoing transaction (added if needed),
+        # so the transaction's marker is sure to reach these pending offsets.
+        await self.broker.txn.verify_partition(transactional_id, producer_id, producer_epoch, OFFSETS_TOPIC,
+                                               part.partition)  # fmt: skip
+        result = await self._submit(part, build)
+        assert isinstance(result, OffsetsCommitted), result
+        return result
+
+    def fetch_offsets(
+        self, group_id: str, topics: Collection[str] | None = None, *, require_stable: bool = False
+    ) -> list[dict[str, Any]]:
+        part = self.leading(group_id)
+        return [_offset_json(c) for c in part.sm.fetch_offsets(group_id, topics, require_stable=require_stable)]
+
+    async def add_offsets_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                 group_id: str) -> int:  # fmt: skip
+        """AddOffsetsToTxn (on the transaction coordinator): the group's offsets partition joins the transaction."""
+        p = self.partition_for(group_id)
+        await self.broker.txn.add_partitions(transactional_id, producer_id, producer_epoch,
+                                             [TopicPartition(OFFSETS_TOPIC, p)])  # fmt: skip
+        return p
+
+    def _check_partition(self, partition: int) -> None:
+        if not 0 <= partition < self.count:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{OFFSETS_TOPIC} has no partition {partition}")
+
+    async def write_txn_marker(
+        self, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int, control: ControlType
+    ) -> TxnMarkerResult:
+        """A transaction's COMMIT/ABORT marker for ``__consumer_offsets-partition``: here, or on its leader."""
+        self._check_partition(partition)
+        local = self.groups.local.get(partition)
+        if local is not None and local.group.is_leader():
+            return await self.write_txn_marker_here(partition, producer_id, producer_epoch, coordinator_epoch, control)
+        leader = self.groups.leader_id(partition)
+        forward = self.broker._forward
+        if leader is None or leader == self.broker.config.node_id or forward is None:
+            raise self._not_coordinator(partition)
+        body = await forward(
+            leader,
+            "POST",
+            "/v1/internal/groups/marker",
+            {
+                "partition": partition,
+                "producer_id": producer_id,
+                "producer_epoch": producer_epoch,
+                "coordinator_epoch": coordinator_epoch,
+                "control_type": control.name,
+            },
+        )
+        return TxnMarkerResult(control, None, None, int(body.get("log_append_time", -1)))
+
+    async def write_txn_marker_here(
+        self, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int, control: ControlType
+    ) -> TxnMarkerResult:
+        self._check_partition(partition)
+        part = self.groups.leading(partition)
+        stamp = now_ms()
+        await self._submit(
+            part,
+            lambda now, cepoch: WriteTxnMarker(
+                producer_id=producer_id, producer_epoch=producer_epoch, txn_coordinator_epoch=coordinator_epoch,
+                commit=control is ControlType.COMMIT, now_ms=now, coordinator_epoch=cepoch,
+            ),
+        )  # fmt: skip
+        return TxnMarkerResult(control, None, None, stamp)
+
+    async def _expire_producers(self) -> None:
+        """Forget idle producer fences (no pending offsets) so the state does not grow with every producer."""
+        while True:
+            await asyncio.sleep(_PRODUCER_SCAN_S)
+            now = now_ms()
+            for part in list(self.groups.local.values()):
+                if not part.group.is_leader():
+                    continue
+                idle = [
+                    f for f in part.sm.producers()
+                    if f.open_epoch is None and f.last_update_ms + DEFAULT_PRODUCER_EXPIRATION_MS <= now
+                ]  # fmt: skip
+                if idle:
+                    with contextlib.suppress(BrokerError):
+                        await self._submit(part, lambda n, c: ExpireProducers(now_ms=n, coordinator_epoch=c))
+
+    # ---- reads --------------------------------------------------------------------------------------
+
+    def _high_watermark(self, topic: str, partition: int) -> int | None:
+        meta = self.broker.view.topics.get(topic)
+        if meta is None or not 0 <= partition < len(meta.partitions):
+            return None
+        hw = self.broker.partition_state(meta, partition).get("high_watermark")
+        return int(hw) if isinstance(hw, int) and hw >= 0 else None
+
+    def _summary(self, part: GroupPartition, group_id: str) -> dict[str, Any]:
+        m = self._live.get(part.partition, {}).get(group_id)
+        meta = part.sm.group(group_id)
+        if m is None and meta is not None:
+            m = GroupMembership.from_metadata(meta, 0)
+        if m is not None:
+            d = m.describe()
+        else:
+            known = part.sm.committed_offsets(group_id) or part.sm.pending_offsets(group_id)
+            d = {"group_id": group_id, "state": GroupState.EMPTY.display_name if known else DEAD,
+                 "generation_id": 0, "protocol": None, "leader_id": None, "members": []}  # fmt: skip
+        d["coordinator"] = self.broker.config.node_id
+        d["partition"] = part.partition
+        return d
+
+    def describe(self, group_id: str) -> dict[str, Any]:
+        """DescribeGroups plus offsets: state, generation, members with assignments, committed offsets and lag."""
+        part = self.leading(group_id)
+        d = self._summary(part, group_id)
+        offsets = []
+        for c in sorted(part.sm.committed_offsets(group_id).values(), key=lambda c: (c.topic, c.partition)):
+            hw = self._high_watermark(c.topic, c.partition)
+            offsets.append({**_offset_json(c), "commit_timestamp_ms": c.commit_timestamp_ms, "high_watermark": hw,
+                            "lag": max(0, hw - c.offset) if hw is not None else None})  # fmt: skip
+        d["offsets"] = offsets
+        d["pending_offsets"] = part.sm.describe_pending(group_id)
+        return d
+
+    def local_groups(self) -> list[dict[str, Any]]:
+        """Groups of the partitions this node leads (each group is listed by exactly one node)."""
+        out = []
+        for part in self.groups.local.values():
+            if not part.group.is_leader():
+                continue
+            self._ensure_loaded(part)
+            names = set(part.sm.group_ids()) | set(self._live.get(part.partition, {}))
+            for group_id in sorted(names):
+                d = self._summary(part, group_id)
+                out.append({k: d[k] for k in ("group_id", "state", "generation_id", "protocol", "coordinator")}
+                           | {"members": len(d["members"])})  # fmt: skip
+        return out
+
+    def sample(self) -> GroupCoordinatorSample:
+        """Members, committed offsets and lag of the groups this node coordinates (scrape time)."""
+        led = [p for p in self.groups.local.values() if p.group.is_leader()]
+        samples = []
+        for part in led:
+            live = self._live.get(part.partition, {})
+            for group_id in part.sm.group_ids():
+                m = live.get(group_id)
+                meta = part.sm.group(group_id)
+                members = len(m.members) if m is not None else len(meta.members) if meta is not None else 0
+                committed = {(c.topic, c.partition): c.offset for c in part.sm.committed_offsets(group_id).values()}
+                samples.append(GroupSample.from_offsets(group_id, members, committed, self._high_watermark))
+        return GroupCoordinatorSample(coordinator_partitions=len(led), groups=samples)

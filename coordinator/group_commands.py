@@ -1,0 +1,182 @@
+"""Commands a ``__consumer_offsets-p`` Raft group replicates, and their byte encoding.
+
+Like ``coordinator.commands``: compact JSON ``{"op": <name>, ...}`` (never
+pickle; first byte ``{``, never the NOOP barrier), built by the leader with
+everything that depends on it inside -- its clock (``now_ms``) and its Raft
+term (``coordinator_epoch``: the state machine answers ``NOT_COORDINATOR`` to
+a command from an older term, so a deposed leader's late command changes
+nothing). ``apply`` decides everything else from the replicated state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from coordinator.codec import get_bool, get_int, get_opt_str, get_str, json_bytes
+from coordinator.errors import CommandDecodeError
+from coordinator.group_metadata import (
+    NO_GENERATION,
+    MemberMetadata,
+    counts_from_json,
+    member_from_json,
+    member_json,
+)
+
+__all__ = [
+    "DEFAULT_PRODUCER_EXPIRATION_MS",
+    "CommitOffsets",
+    "ExpireProducers",
+    "GroupsCommand",
+    "OffsetCommit",
+    "StoreGroup",
+    "TxnCommitOffsets",
+    "WriteTxnMarker",
+    "decode_group_command",
+    "encode_group_command",
+]
+
+#: Producer fences without pending offsets are forgotten after this idle time (Kafka's
+#: ``producer.id.expiration.ms``); a commit delayed longer than that could no longer be fenced.
+DEFAULT_PRODUCER_EXPIRATION_MS = 86_400_000
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Stamped:
+    now_ms: int
+    coordinator_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitOffsets(_Stamped):
+    """OffsetCommit. ``generation_id``/``member_id``: the committer's group identity (-1/"" for none)."""
+
+    OP: ClassVar[str] = "commit_offsets"
+    group_id: str
+    offsets: tuple[OffsetCommit, ...]
+    generation_id: int = NO_GENERATION
+    member_id: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TxnCommitOffsets(_Stamped):
+    """TxnOffsetCommit: offsets pending for (group, producer id) until the transaction's marker (KIP-447 fenced)."""
+
+    OP: ClassVar[str] = "txn_commit_offsets"
+    group_id: str
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    offsets: tuple[OffsetCommit, ...]
+    generation_id: int = NO_GENERATION
+    member_id: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteTxnMarker(_Stamped):
+    """A COMMIT/ABORT marker of a producer's transaction reached this offsets partition.
+
+    ``txn_coordinator_epoch`` is the marker's own coordinator epoch (the
+    transaction coordinator's term), fenced per producer like a data partition does.
+    """
+
+    OP: ClassVar[str] = "write_txn_marker"
+    producer_id: int
+    producer_epoch: int
+    txn_coordinator_epoch: int
+    commit: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreGroup(_Stamped):
+    """A rebalance completed: record its members and assignment; apply assigns generation = previous + 1."""
+
+    OP: ClassVar[str] = "store_group"
+    group_id: str
+    protocol: str | None
+    leader_id: str | None
+    members: tuple[MemberMetadata, ...]
+    topic_partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpireProducers(_Stamped):
+    """Forget producer fences idle for ``expiration_ms`` that have no pending offsets."""
+
+    OP: ClassVar[str] = "expire_producers"
+    expiration_ms: int = DEFAULT_PRODUCER_EXPIRATION_MS
+
+
+GroupsCommand = CommitOffsets | TxnCommitOffsets | WriteTxnMarker | StoreGroup | ExpireProducers
+
+_COMMANDS: Mapping[str, type[GroupsCommand]] = {
+    cls.OP: cls for cls in (CommitOffsets, TxnCommitOffsets, WriteTxnMarker, StoreGroup, ExpireProducers)
+}
+
+
+def _list(d: Mapping[str, Any], key: str) -> list[Any]:
+    v = d.get(key)
+    if not isinstance(v, list):
+        raise CommandDecodeError(f"field {key!r} must be a list")
+    return v
+
+
+def _offsets(d: Mapping[str, Any], key: str) -> tuple[OffsetCommit, ...]:
+    out = []
+    for item in _list(d, key):
+        if not (isinstance(item, list) and len(item) == 4):
+            raise CommandDecodeError(f"{key}: each offset is [topic, partition, offset, metadata]")
+        o = {"t": item[0], "p": item[1], "o": item[2], "m": item[3]}
+        out.append(OffsetCommit(get_str(o, "t"), get_int(o, "p"), get_int(o, "o"), get_str(o, "m")))
+    return tuple(out)
+
+
+def _members(d: Mapping[str, Any], key: str) -> tuple[MemberMetadata, ...]:
+    return tuple(member_from_json(m) for m in _list(d, key))
+
+
+def _counts(d: Mapping[str, Any], key: str) -> tuple[tuple[str, int], ...]:
+    return counts_from_json(d.get(key))
+
+
+# (encode, decode) by the field's annotation text (``from __future__ import annotations`` keeps it a string).
+_CODECS: Mapping[str, tuple[Callable[[Any], Any], Callable[[Mapping[str, Any], str], Any]]] = {
+    "int": (lambda v: v, get_int),
+    "str": (lambda v: v, get_str),
+    "str | None": (lambda v: v, get_opt_str),
+    "bool": (lambda v: v, get_bool),
+    "tuple[OffsetCommit, ...]": (lambda v: [[o.topic, o.partition, o.offset, o.metadata] for o in v], _offsets),
+    "tuple[MemberMetadata, ...]": (lambda v: [member_json(m) for m in v], _members),
+    "tuple[tuple[str, int], ...]": (lambda v: [[t, n] for t, n in v], _counts),
+}
+
+
+def encode_group_command(cmd: GroupsCommand) -> bytes:
+    body: dict[str, Any] = {"op": cmd.OP}
+    for f in dataclasses.fields(cmd):
+        body[f.name] = _CODECS[str(f.type)][0](getattr(cmd, f.name))
+    return json_bytes(body)
+
+
+def decode_group_command(raw: bytes) -> GroupsCommand:
+    """Parse a command; raises ``CommandDecodeError`` for anything malformed (unknown op, wrong types)."""
+    try:
+        d = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CommandDecodeError(f"not a JSON command: {exc}") from exc
+    op = d.get("op") if isinstance(d, dict) else None
+    cls = _COMMANDS.get(op) if isinstance(op, str) else None
+    if cls is None:
+        raise CommandDecodeError(f"unknown group coordinator command {str(raw[:40])!r}")
+    return cls(**{f.name: _CODECS[str(f.type)][1](d, f.name) for f in dataclasses.fields(cls)})

@@ -1,0 +1,350 @@
+"""Live membership of one consumer group on its coordinator: joins, heartbeats, sessions, rebalances. Pure.
+
+The group coordinator (the leader of the group's ``__consumer_offsets``
+partition) keeps one ``GroupMembership`` per group in memory. Time comes in as
+``now_ms`` and member ids are chosen by the caller, so every step here is
+deterministic and testable with a fake clock. Only the outcome of a completed
+rebalance is replicated (``StoreGroup`` -> ``GroupMetadata``); heartbeats and
+session deadlines are not, and a new coordinator restarts every member's
+session timer from its load time (as Kafka does).
+
+Protocol (Kafka's classic group protocol with the assignment computed here):
+
+* **join** ``(member_id, subscription, protocol, timeouts)``: a new member
+  (the caller picked a fresh id) or a known one. A known member that rejoins
+  a Stable group with an unchanged subscription gets the current generation
+  at once (a retried join). Any other join moves the group to
+  ``PreparingRebalance`` and waits for the rebalance to complete. Unknown
+  ids are ``UNKNOWN_MEMBER_ID``; a protocol other than the other members'
+  is ``INCONSISTENT_GROUP_PROTOCOL``.
+* **rebalance**: completes when every member has rejoined (no earlier than
+  ``initial_rebalance_delay_ms`` after it started on an Empty group, so members
+  starting together land in one generation) or when the rebalance timeout --
+  the largest of the members' -- passes; members that did not rejoin are then
+  removed. ``begin_completion`` computes the assignment (``group_assignors``)
+  and returns the plan to replicate; ``complete`` takes the stored metadata
+  (generation = previous + 1, assigned at apply) and answers every waiting
+  member; ``completion_failed`` sends everyone back to rejoin. Joins and
+  leaves that arrive while the plan is being replicated are kept and start
+  the next rebalance right after.
+* **heartbeat** ``(member_id, generation_id)``: ``UNKNOWN_MEMBER_ID``,
+  ``ILLEGAL_GENERATION``, or -- while a rebalance is in progress --
+  ``REBALANCE_IN_PROGRESS`` (the member must rejoin); each accepted heartbeat
+  restarts the member's session timer.
+* **session timeout**: a member that neither heartbeats nor waits in a join
+  for ``session_timeout_ms`` is removed, which starts a rebalance.
+* **leave**: removes the member and starts a rebalance for the others.
+* A change in the partition count of a subscribed topic (created, grown or
+  deleted) starts a rebalance too: the assignment covers the new partitions.
+
+Not thread-safe: its owner (the coordinator's event loop) serialises calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from clients.protocol import BrokerError, ErrorCode
+from coordinator.group_assignors import ASSIGNORS
+from coordinator.group_metadata import GroupMetadata, MemberMetadata
+from coordinator.group_rules import validate_member
+from coordinator.group_states import GroupState, validate_group_transition
+from coordinator.metadata import TopicPartition
+
+__all__ = ["GroupMembership", "JoinAnswer", "RebalancePlan"]
+
+
+@dataclass(frozen=True, slots=True)
+class JoinAnswer:
+    """What a member learns when its join completes (Kafka's JoinGroup + SyncGroup answers in one)."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    leader_id: str | None
+    protocol: str | None
+    assignment: tuple[TopicPartition, ...]
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RebalancePlan:
+    """The result of a rebalance, to be replicated as ``StoreGroup``. ``removed``: members dropped by it."""
+
+    protocol: str | None
+    leader_id: str | None
+    members: tuple[MemberMetadata, ...]
+    topic_partitions: tuple[tuple[str, int], ...]
+    removed: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class _Live:
+    meta: MemberMetadata
+    joined: bool  # waiting in a join of the current rebalance: counts as alive, answered at completion
+    session_deadline_ms: int
+
+
+class GroupMembership:
+    def __init__(self, group_id: str, *, initial_rebalance_delay_ms: int = 0) -> None:
+        self.group_id = group_id
+        self.state = GroupState.EMPTY
+        self.generation_id = 0
+        self.protocol: str | None = None
+        self.leader_id: str | None = None
+        self.topic_partitions: dict[str, int] = {}
+        self.members: dict[str, _Live] = {}
+        self.rebalance_deadline_ms = 0
+        self.not_before_ms = 0
+        self.completing: RebalancePlan | None = None
+        self._initial_delay_ms = initial_rebalance_delay_ms
+        self._delaying = False
+        self._late_joins: set[str] = set()
+        self._late_leaves: set[str] = set()
+
+    @classmethod
+    def from_metadata(cls, meta: GroupMetadata, now_ms: int, *, initial_rebalance_delay_ms: int = 0) -> GroupMembership:
+        """The membership a newly loaded coordinator starts from: the stored generation, fresh session timers."""
+        m = cls(meta.group_id, initial_rebalance_delay_ms=initial_rebalance_delay_ms)
+        m._adopt(meta, now_ms)
+        m.state = GroupState.STABLE if meta.members else GroupState.EMPTY
+        return m
+
+    # ---- transitions -------------------------------------------------------------------------
+
+    def _transition(self, new: GroupState) -> None:
+        validate_group_transition(self.group_id, self.state, new)
+        self.state = new
+
+    def _adopt(self, meta: GroupMetadata, now_ms: int) -> None:
+        self.generation_id = meta.generation_id
+        self.protocol = meta.protocol
+        self.leader_id = meta.leader_id
+        self.topic_partitions = dict(meta.topic_partitions)
+        self.members = {m.member_id: _Live(m, False, now_ms + m.session_timeout_ms) for m in meta.members}
+
+    def _prepare_rebalance(self, now_ms: int) -> None:
+        from_empty = self.state is GroupState.EMPTY
+        self._transition(GroupState.PREPARING_REBALANCE)
+        longest = max((m.meta.rebalance_timeout_ms for m in self.members.values()), default=0)
+        self.rebalance_deadline_ms = now_ms + longest
+        self._delaying = from_empty and self._initial_delay_ms > 0
+        self.not_before_ms = min(now_ms + self._initial_delay_ms, self.rebalance_deadline_ms) if self._delaying else 0
+
+    # ---- requests ---------------------------------------------------------------------------------
+
+    def join(
+        self,
+        member_id: str,
+        *,
+        new: bool,
+        topics: tuple[str, ...],
+        protocol: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        now_ms: int,
+    ) -> JoinAnswer | BrokerError | None:
+        """Join (see the module docstring). Returns the answer at once, an error, or None: wait for the rebalance."""
+        if protocol not in ASSIGNORS:
+            return BrokerError(ErrorCode.INVALID_REQUEST, f"unknown protocol {protocol!r}: use {sorted(ASSIGNORS)}")
+        current = self.members.get(member_id)
+        if current is None and not new:
+            return BrokerError(ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member of {self.group_id!r}")
+        others = {m.meta.protocol for mid, m in self.members.items() if mid != member_id}
+        if others and others != {protocol}:
+            return BrokerError(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                f"protocol {protocol!r} differs from the group's members' {sorted(others)}",
+            )
+        topics = tuple(sorted(set(topics)))
+        if (
+            current is not None
+            and self.state is GroupState.STABLE
+            and self.completing is None
+            and (current.meta.topics, current.meta.protocol) == (topics, protocol)
+        ):
+            current.session_deadline_ms = now_ms + current.meta.session_timeout_ms
+            return self.answer_for(member_id)
+        meta = MemberMetadata(
+            member_id, topics, protocol, session_timeout_ms, rebalance_timeout_ms,
+            current.meta.assignment if current is not None else (),
+        )  # fmt: skip
+        self.members[member_id] = _Live(meta, True, now_ms + session_timeout_ms)
+        if self.completing is not None:
+            self._late_joins.add(member_id)
+        elif self.state is not GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(now_ms)
+        elif self._delaying:
+            self.not_before_ms = min(now_ms + self._initial_delay_ms, self.rebalance_deadline_ms)
+        return None
+
+    def heartbeat(self, member_id: str, generation_id: int, now_ms: int) -> BrokerError | None:
+        member = self.members.get(member_id)
+        if member is None:
+            return BrokerError(ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member of {self.group_id!r}")
+        if generation_id != self.generation_id:
+            return BrokerError(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"generation {generation_id} is not the group's current generation {self.generation_id}",
+            )
+        member.session_deadline_ms = now_ms + member.meta.session_timeout_ms
+        if self.state is GroupState.PREPARING_REBALANCE:
+            return BrokerError(ErrorCode.REBALANCE_IN_PROGRESS, f"{self.group_id!r} is rebalancing: rejoin the group")
+        return None
+
+    def leave(self, member_id: str, now_ms: int) -> BrokerError | None:
+        if member_id not in self.members:
+            return BrokerError(ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member of {self.group_id!r}")
+        self._remove(member_id, now_ms)
+        return None
+
+    def _remove(self, member_id: str, now_ms: int) -> None:
+        del self.members[member_id]
+        if self.completing is not None:
+            self._late_joins.discard(member_id)
+            if any(m.member_id == member_id for m in self.completing.members):
+                self._late_leaves.add(member_id)
+        elif self.state is GroupState.STABLE:
+            self._prepare_rebalance(now_ms)
+
+    def tick(self, now_ms: int, partition_counts: Mapping[str, int]) -> list[str]:
+        """Expire members past their session timeout; start a rebalance if a subscribed topic changed.
+
+        Returns the expired member ids.
+        """
+        expired = sorted(mid for mid, m in self.members.items() if not m.joined and m.session_deadline_ms <= now_ms)
+        for mid in expired:
+            self._remove(mid, now_ms)
+        if self.state is GroupState.STABLE and self.completing is None:
+            subscribed = {t for m in self.members.values() for t in m.meta.topics}
+            if {t: partition_counts.get(t, 0) for t in subscribed} != {
+                t: self.topic_partitions.get(t, 0) for t in subscribed
+            }:
+                self._prepare_rebalance(now_ms)
+        return expired
+
+    # ---- completing a rebalance --------------------------------------------------------------
+
+    def ready(self, now_ms: int) -> bool:
+        """Whether the rebalance in progress can complete now."""
+        if self.state is not GroupState.PREPARING_REBALANCE or self.completing is not None:
+            return False
+        if not self.members or now_ms >= self.rebalance_deadline_ms:
+            return True
+        return all(m.joined for m in self.members.values()) and now_ms >= self.not_before_ms
+
+    def begin_completion(self, now_ms: int, partition_counts: Mapping[str, int]) -> RebalancePlan:
+        """Drop the members that did not rejoin, assign partitions, and return the plan to replicate.
+
+        The remaining members' session timers restart now: they waited in their
+        joins, and their answers come when the plan is replicated.
+        """
+        if self.state is not GroupState.PREPARING_REBALANCE or self.completing is not None:
+            raise RuntimeError(f"group {self.group_id!r}: no rebalance to complete")
+        removed = tuple(sorted(mid for mid, m in self.members.items() if not m.joined))
+        for mid in removed:
+            del self.members[mid]
+        subscriptions = {mid: m.meta.topics for mid, m in self.members.items()}
+        topics = sorted({t for ts in subscriptions.values() for t in ts})
+        counts = {t: max(0, partition_counts.get(t, 0)) for t in topics}
+        protocol = next(iter(self.members.values())).meta.protocol if self.members else None
+        assignment = ASSIGNORS[protocol](subscriptions, counts) if protocol is not None else {}
+        leader = self.leader_id if self.leader_id in self.members else min(self.members, default=None)
+        metas = tuple(replace(self.members[mid].meta, assignment=assignment[mid]) for mid in sorted(self.members))
+        for m in self.members.values():
+            m.joined = False
+            m.session_deadline_ms = now_ms + m.meta.session_timeout_ms
+        plan = RebalancePlan(protocol, leader, metas, tuple(counts.items()), removed)
+        self.completing = plan
+        self._late_joins.clear()
+        self._late_leaves.clear()
+        return plan
+
+    def complete(self, stored: GroupMetadata, now_ms: int) -> list[JoinAnswer]:
+        """The plan is replicated as ``stored``: form the generation and answer its members.
+
+        Members that joined again or left while it was replicated are not
+        answered; they start the next rebalance at once.
+        """
+        if self.completing is None:
+            raise RuntimeError(f"group {self.group_id!r}: no rebalance is completing")
+        late_joins, late_leaves = set(self._late_joins), set(self._late_leaves)
+        joined_again = {mid: self.members[mid] for mid in late_joins}
+        self._adopt(stored, now_ms)
+        for mid in late_leaves:
+            self.members.pop(mid, None)
+        for mid, live in joined_again.items():
+            stored_member = self.members.get(mid)
+            live.meta = replace(live.meta, assignment=stored_member.meta.assignment if stored_member else ())
+            self.members[mid] = live
+        self.completing = None
+        self._late_joins.clear()
+        self._late_leaves.clear()
+        self._transition(GroupState.STABLE if stored.members else GroupState.EMPTY)
+        answers = [self.answer_for(m.member_id) for m in stored.members if m.member_id not in late_joins | late_leaves]
+        if late_joins or late_leaves:
+            self._prepare_rebalance(now_ms)
+        return answers
+
+    def completion_failed(self, now_ms: int) -> None:
+        """Replicating the plan failed: every member must rejoin (its assignment is what it was)."""
+        self.completing = None
+        self._late_joins.clear()
+        self._late_leaves.clear()
+        for m in self.members.values():
+            m.joined = False
+            m.session_deadline_ms = now_ms + m.meta.session_timeout_ms
+        longest = max((m.meta.rebalance_timeout_ms for m in self.members.values()), default=0)
+        self.rebalance_deadline_ms = now_ms + longest
+        self.not_before_ms = 0
+
+    # ---- reads --------------------------------------------------------------------------------------
+
+    def answer_for(self, member_id: str) -> JoinAnswer:
+        return JoinAnswer(
+            group_id=self.group_id,
+            generation_id=self.generation_id,
+            member_id=member_id,
+            leader_id=self.leader_id,
+            protocol=self.protocol,
+            assignment=self.members[member_id].meta.assignment,
+            members=tuple(sorted(self.members)),
+        )
+
+    def validate_commit(self, member_id: str, generation_id: int, *, transactional: bool) -> BrokerError | None:
+        """The leader's fail-fast KIP-447 check against live membership (apply re-checks the stored one)."""
+        return validate_member(
+            self.members.keys(), self.generation_id, member_id, generation_id, transactional=transactional
+        )
+
+    def next_deadline(self) -> int | None:
+        """The earliest time ``tick`` or ``ready`` may change something (None: only a request can)."""
+        times = [m.session_deadline_ms for m in self.members.values() if not m.joined]
+        if self.state is GroupState.PREPARING_REBALANCE and self.completing is None:
+            times.append(self.rebalance_deadline_ms)
+            if self.not_before_ms:
+                times.append(self.not_before_ms)
+        return min(times, default=None)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "group_id": self.group_id,
+            "state": self.state.display_name,
+            "generation_id": self.generation_id,
+            "protocol": self.protocol,
+            "leader_id": self.leader_id,
+            "members": [
+                {
+                    "member_id": mid,
+                    "topics": list(m.meta.topics),
+                    "protocol": m.meta.protocol,
+                    "session_timeout_ms": m.meta.session_timeout_ms,
+                    "rebalance_timeout_ms": m.meta.rebalance_timeout_ms,
+                    "assignment": [{"topic": tp.topic, "partition": tp.partition} for tp in m.meta.assignment],
+                    "rejoined": m.joined,
+                }
+                for mid, m in sorted(self.members.items())
+            ],
+        }

@@ -1,0 +1,260 @@
+"""The rules of the offsets partition, as pure functions from (state view, command) to a change.
+
+Each rule reads the replicated state through ``OffsetsView`` and returns a
+``GroupsChange``: the answer plus the values to write (None deletes). The
+state machine persists the change and publishes it; nothing here writes.
+Errors are ``BrokerError`` values with an empty change.
+
+Group fencing of commits (Kafka's ``validateOffsetCommit``, KIP-447):
+
+* a commit that carries a group identity (``generation_id >= 0`` or a
+  ``member_id``) must come from a current member (else ``UNKNOWN_MEMBER_ID``)
+  of the current generation (else ``ILLEGAL_GENERATION``) -- transactional or
+  not, so a zombie copier that lost its partitions in a rebalance cannot commit;
+* a plain commit without identity is allowed only while the group has no
+  members (a group used just to store offsets); a transactional one without
+  identity is allowed (producers that do not send group metadata, KIP-447's
+  compatibility path), fenced by its producer epoch only.
+
+Producer fencing of TxnOffsetCommit and markers (the rules of
+``storage.producer_state`` on this partition, transactions v2):
+
+* a TxnOffsetCommit with an epoch below the producer's newest is
+  ``INVALID_PRODUCER_EPOCH`` (it arrived after its transaction ended); one
+  with a newer epoch while the previous transaction's offsets still wait for
+  their marker is ``CONCURRENT_TRANSACTIONS`` (retriable);
+* a marker from an older transaction-coordinator epoch than seen is
+  ``TRANSACTION_COORDINATOR_FENCED``; one whose epoch is below the
+  producer's, or equal while offsets are pending, is ``INVALID_PRODUCER_EPOCH``
+  (TV2 markers carry the epoch bumped at EndTxn);
+* a COMMIT marker makes the producer's pending offsets of every group of this
+  partition committed (unless a later commit already wrote that partition);
+  an ABORT marker drops them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from clients.protocol import BrokerError, ErrorCode
+from coordinator.group_commands import (
+    CommitOffsets,
+    ExpireProducers,
+    OffsetCommit,
+    StoreGroup,
+    TxnCommitOffsets,
+    WriteTxnMarker,
+)
+from coordinator.group_metadata import (
+    NO_GENERATION,
+    CommittedOffset,
+    GroupMetadata,
+    PendingOffsets,
+    ProducerFence,
+)
+from coordinator.metadata import TopicPartition
+
+__all__ = [
+    "GroupStored",
+    "GroupsChange",
+    "GroupsResult",
+    "MarkerApplied",
+    "OffsetsCommitted",
+    "OffsetsView",
+    "ProducersExpired",
+    "commit_offsets",
+    "expire_producers",
+    "marker_error",
+    "store_group",
+    "txn_commit_offsets",
+    "validate_member",
+    "write_txn_marker",
+]
+
+
+class OffsetsView(Protocol):
+    def group(self, group_id: str) -> GroupMetadata | None: ...
+    def committed(self, group_id: str, tp: TopicPartition) -> CommittedOffset | None: ...
+    def pending(self, group_id: str, producer_id: int) -> PendingOffsets | None: ...
+    def pending_of_producer(self, producer_id: int) -> list[PendingOffsets]: ...
+    def producer(self, producer_id: int) -> ProducerFence | None: ...
+    def producers(self) -> list[ProducerFence]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsCommitted:
+    group_id: str
+    count: int
+    pending: bool  # transactional: visible only after the COMMIT marker
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerApplied:
+    producer_id: int
+    commit: bool
+    groups: tuple[str, ...]  # groups whose pending offsets the marker resolved
+    offsets: int  # offsets made visible (commit) or dropped (abort)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStored:
+    metadata: GroupMetadata
+
+
+@dataclass(frozen=True, slots=True)
+class ProducersExpired:
+    count: int
+
+
+GroupsResult = OffsetsCommitted | MarkerApplied | GroupStored | ProducersExpired | BrokerError
+
+
+@dataclass
+class GroupsChange:
+    result: GroupsResult
+    groups: dict[str, GroupMetadata] = field(default_factory=dict)
+    committed: dict[tuple[str, TopicPartition], CommittedOffset] = field(default_factory=dict)
+    pending: dict[tuple[str, int], PendingOffsets | None] = field(default_factory=dict)
+    producers: dict[int, ProducerFence | None] = field(default_factory=dict)
+
+
+def validate_member(
+    members: Collection[str], group_generation: int, member_id: str, generation_id: int, *, transactional: bool
+) -> BrokerError | None:
+    """KIP-447 group fencing of a commit against a group's members and generation (module docstring)."""
+    if generation_id != NO_GENERATION or member_id:
+        if member_id not in members:
+            return BrokerError(ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member of the group")
+        if generation_id != group_generation:
+            return BrokerError(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"generation {generation_id} is not the group's current generation {group_generation}",
+            )
+        return None
+    if not transactional and members:
+        return BrokerError(
+            ErrorCode.UNKNOWN_MEMBER_ID, "the group has members: commit with your member_id and generation_id"
+        )
+    return None
+
+
+def _group_check(view: OffsetsView, group_id: str, member_id: str, generation_id: int, txn: bool) -> BrokerError | None:
+    g = view.group(group_id)
+    members = g.member_ids if g is not None else frozenset()
+    return validate_member(members, g.generation_id if g else 0, member_id, generation_id, transactional=txn)
+
+
+def _committed(group_id: str, o: OffsetCommit, now_ms: int, index: int) -> CommittedOffset:
+    return CommittedOffset(group_id, o.topic, o.partition, o.offset, o.metadata, now_ms, index)
+
+
+def commit_offsets(view: OffsetsView, cmd: CommitOffsets, index: int) -> GroupsChange:
+    err = _group_check(view, cmd.group_id, cmd.member_id, cmd.generation_id, False)
+    if err is not None:
+        return GroupsChange(err)
+    change = GroupsChange(OffsetsCommitted(cmd.group_id, len(cmd.offsets), pending=False))
+    for o in cmd.offsets:
+        change.committed[(cmd.group_id, TopicPartition(o.topic, o.partition))] = _committed(
+            cmd.group_id, o, cmd.now_ms, index
+        )
+    return change
+
+
+def txn_commit_offsets(view: OffsetsView, cmd: TxnCommitOffsets, index: int) -> GroupsChange:
+    err = _group_check(view, cmd.group_id, cmd.member_id, cmd.generation_id, True)
+    if err is not None:
+        return GroupsChange(err)
+    pid, epoch = cmd.producer_id, cmd.producer_epoch
+    fence = view.producer(pid)
+    if fence is not None and epoch < fence.producer_epoch:
+        return GroupsChange(
+            BrokerError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"producer {pid}: epoch {epoch} is older than {fence.producer_epoch} (its transaction has ended)",
+            )
+        )
+    if fence is not None and fence.open_epoch is not None and epoch != fence.open_epoch:
+        return GroupsChange(
+            BrokerError(
+                ErrorCode.CONCURRENT_TRANSACTIONS,
+                f"producer {pid}: offsets of epoch {fence.open_epoch} still wait for their transaction marker",
+            )
+        )
+    old = view.pending(cmd.group_id, pid)
+    offsets = dict(old.offsets) if old is not None else {}
+    for o in cmd.offsets:
+        offsets[TopicPartition(o.topic, o.partition)] = _committed(cmd.group_id, o, cmd.now_ms, index)
+    change = GroupsChange(OffsetsCommitted(cmd.group_id, len(cmd.offsets), pending=True))
+    change.pending[(cmd.group_id, pid)] = PendingOffsets(cmd.group_id, pid, epoch, cmd.transactional_id, offsets)
+    last_cepoch = fence.coordinator_epoch if fence is not None else -1
+    change.producers[pid] = ProducerFence(pid, epoch, last_cepoch, epoch, cmd.now_ms)
+    return change
+
+
+def marker_error(fence: ProducerFence | None, producer_epoch: int, txn_coordinator_epoch: int) -> BrokerError | None:
+    """The error for a COMMIT/ABORT marker of this producer (module docstring), or None."""
+    if fence is None:
+        return None
+    pid = fence.producer_id
+    if txn_coordinator_epoch < fence.coordinator_epoch:
+        return BrokerError(
+            ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+            f"producer {pid}: marker from coordinator epoch {txn_coordinator_epoch}, "
+            f"but epoch {fence.coordinator_epoch} was already seen",
+        )
+    if producer_epoch < fence.producer_epoch or (
+        producer_epoch == fence.producer_epoch and fence.open_epoch is not None
+    ):
+        return BrokerError(
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            f"producer {pid}: marker epoch {producer_epoch} does not end a transaction of epoch "
+            f"{fence.open_epoch if fence.open_epoch is not None else fence.producer_epoch}",
+        )
+    return None
+
+
+def write_txn_marker(view: OffsetsView, cmd: WriteTxnMarker, index: int) -> GroupsChange:
+    pid = cmd.producer_id
+    fence = view.producer(pid)
+    err = marker_error(fence, cmd.producer_epoch, cmd.txn_coordinator_epoch)
+    if err is not None:
+        return GroupsChange(err)
+    pendings = sorted(view.pending_of_producer(pid), key=lambda p: p.group_id)
+    count = sum(len(p.offsets) for p in pendings)
+    change = GroupsChange(MarkerApplied(pid, cmd.commit, tuple(p.group_id for p in pendings), count))
+    for p in pendings:
+        change.pending[(p.group_id, pid)] = None
+        if not cmd.commit:
+            continue
+        for tp, offset in p.offsets.items():
+            current = view.committed(p.group_id, tp)
+            if current is None or current.applied_index < offset.applied_index:
+                change.committed[(p.group_id, tp)] = offset
+    cepoch = max(fence.coordinator_epoch if fence is not None else -1, cmd.txn_coordinator_epoch)
+    change.producers[pid] = ProducerFence(pid, cmd.producer_epoch, cepoch, None, cmd.now_ms)
+    return change
+
+
+def store_group(view: OffsetsView, cmd: StoreGroup) -> GroupsChange:
+    old = view.group(cmd.group_id)
+    meta = GroupMetadata(
+        group_id=cmd.group_id,
+        generation_id=(old.generation_id if old is not None else 0) + 1,
+        protocol=cmd.protocol,
+        leader_id=cmd.leader_id,
+        members=cmd.members,
+        topic_partitions=cmd.topic_partitions,
+        updated_ms=cmd.now_ms,
+    )
+    return GroupsChange(GroupStored(meta), groups={cmd.group_id: meta})
+
+
+def expire_producers(view: OffsetsView, cmd: ExpireProducers) -> GroupsChange:
+    change = GroupsChange(ProducersExpired(0))
+    for f in view.producers():
+        if f.open_epoch is None and f.last_update_ms + cmd.expiration_ms <= cmd.now_ms:
+            change.producers[f.producer_id] = None
+    change.result = ProducersExpired(len(change.producers))
+    return change
