@@ -47,6 +47,7 @@ class InternalPartition(Generic[SM]):
     sm: SM
     leader_id: int | None = None
     term: int = 0
+    is_leader: bool = False  # as last reported by a leadership event (ready leader: barrier committed)
 
 
 class InternalGroups(Generic[SM]):
@@ -115,9 +116,12 @@ class InternalGroups(Generic[SM]):
             return
         node = self._config.node_by_raft_address(event.leader) if event.leader else None
         new_leader = node.id if node else None
-        changed = (new_leader, event.term, event.is_leader) != (part.leader_id, part.term, part.group.is_leader())
+        # Compare with the last *event*, not with group.is_leader(): the "ready leader" event follows
+        # the "leader, barrier pending" one with the same leader and term, and must still be reported.
+        changed = (new_leader, event.term, event.is_leader) != (part.leader_id, part.term, part.is_leader)
         part.leader_id = new_leader
         part.term = event.term
+        part.is_leader = event.is_leader
         if changed and self._on_leader_change is not None:
             self._on_leader_change(part)
 

@@ -267,3 +267,35 @@ def test_bad_group_requests_get_4xx_and_change_nothing(cluster: LocalCluster) ->
     assert status == 400 and res["error_code"] == "INVALID_REQUEST"
     status, res = http("GET", url)
     assert status == 200 and res["state"] == "Dead" and res["offsets"] == [], res
+
+
+def test_new_coordinator_serves_offsets_and_generation_after_sigkill(make_cluster: Any) -> None:
+    # DESIGN rule 3 + Raft: the group's offsets and its last generation are replicated; a pending
+    # transactional offset survives too and is made visible by the marker sent to the new leader
+    c = make_cluster(group_min_session_timeout_ms=1000)
+    c.create_topic(TOPIC, partitions=PARTITIONS, rf=3)
+    group = "g-failover"
+    coord = coordinator(c, group)
+    survivors = [n for n in (1, 2, 3) if n != coord]
+    a = Member(c, group, via=coord, session_ms=15_000)
+    a.join()
+    assert a.commit({0: 42})[0] == 200
+    tid = next(t for t in (f"tx-failover-{i}" for i in range(100))
+               if call(c, "GET", f"/v1/coordinators/transaction/{t}")["node_id"] != coord)  # fmt: skip
+    w = TxnWriter(c, tid)
+    status, res = a.commit({1: 7}, transactional_id=w.tid, producer_id=w.pid, producer_epoch=w.epoch)
+    assert status == 200 and res["pending"] is True, res
+
+    c.kill(coord)
+    new = coordinator(c, group, alive=survivors)
+    assert new != coord
+    a.via = new
+    status, desc = http("GET", c.url(new) + f"/v1/groups/{group}")
+    assert status == 200 and desc["state"] == "Stable", desc
+    assert desc["generation_id"] == a.generation and [m["member_id"] for m in desc["members"]] == [a.member_id]
+    assert a.heartbeat() == (200, {})  # the generation it holds is still the group's
+    assert [(o["partition"], o["offset"]) for o in offsets_of(c, group, via=new)[1]["offsets"]] == [(0, 42)]
+    assert offsets_of(c, group, via=new, stable=True)[0] == 503  # the transactional offset is still pending
+    w.end(commit=True)
+    status, res = offsets_of(c, group, via=new, stable=True)
+    assert status == 200 and [(o["partition"], o["offset"]) for o in res["offsets"]] == [(0, 42), (1, 7)], res
