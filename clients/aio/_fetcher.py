@@ -33,7 +33,7 @@ import enum
 import logging
 import struct
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -127,13 +127,17 @@ class Fetcher:
         self._stop(st)
         st.position, st.reset = offset, reset
 
-    def start(self) -> None:
+    def start(self, exclude: Collection[TopicPartition] = ()) -> None:
         """Start a fetch task for every assigned partition that has none running.
 
-        A task only ends by cancellation; one that died of a bug is reported
-        (as a ``BrokerError``) and restarted by the next call.
+        ``exclude``: partitions whose position is not known yet and must not
+        fall back to ``auto_offset_reset`` (a group member waiting for its
+        committed offsets). A task only ends by cancellation; one that died of
+        a bug is reported (as a ``BrokerError``) and restarted by the next call.
         """
         for st in self.states.values():
+            if st.tp in exclude:
+                continue
             crashed = st.task is not None and st.task.done() and not st.task.cancelled() and st.task.exception()
             if st.task is None or st.task.done():
                 st.task = asyncio.get_running_loop().create_task(self._run(st, st.generation))
