@@ -159,6 +159,11 @@ class Consumer:
     def commit(self, offsets: Mapping[Any, Any] | None = None) -> None:
         self._run(self._consumer.commit(offsets))
 
+    def committed_offsets(
+        self, partitions: Iterable[Any], timeout_ms: float | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        return self._run(self._consumer.committed_offsets(list(partitions), timeout_ms))
+
     def committed(self, partition: Any, metadata: bool = False) -> int | OffsetAndMetadata | None:
         return self._run(self._consumer.committed(partition, metadata))
 

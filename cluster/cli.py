@@ -245,6 +245,27 @@ def cmd_consume(args: argparse.Namespace) -> int:
     return consume(args, sys.stdout.buffer, sys.stderr)
 
 
+def cmd_copy(args: argparse.Namespace) -> int:
+    from .copier import CopierConfig, main_copy
+
+    try:
+        config = CopierConfig(
+            bootstrap=args.bootstrap, input_topic=args.from_topic, output_topic=args.to_topic, group_id=args.group,
+            transactional_id=args.transactional_id, transform=args.transform, commit_every=args.commit_every,
+            commit_every_ms=args.commit_every_ms, max_records=args.max_records, idle_exit_ms=args.idle_exit_ms,
+            transaction_timeout_ms=args.transaction_timeout_ms, session_timeout_ms=args.session_timeout_ms,
+            heartbeat_interval_ms=args.heartbeat_interval_ms, progress_interval_ms=args.progress_interval_ms,
+        )  # fmt: skip
+        config.validate()
+        from .copier import load_transform
+
+        load_transform(config.transform)
+    except (ValueError, ImportError, AttributeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return main_copy(config)
+
+
 # ---- parser --------------------------------------------------------------------------
 
 
@@ -328,6 +349,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-key", "--keyed", dest="print_key", action="store_true", help="print key<TAB>value")
     bootstrap(p)
     p.set_defaults(fn=cmd_consume)
+
+    p = sub.add_parser("copy", help="exactly-once copy IN -> OUT: consume, transform, produce transactionally")
+    p.add_argument("--from", dest="from_topic", required=True, metavar="IN", help="input topic")
+    p.add_argument("--to", dest="to_topic", required=True, metavar="OUT", help="output topic")
+    p.add_argument("--group", required=True, help="consumer group (members share the input partitions)")
+    p.add_argument("--transactional-id", required=True, help="unique per copier instance; a restart reuses it")
+    p.add_argument("--transform", default="identity", help="identity, upper or python:MODULE:FUNCTION")
+    p.add_argument("--commit-every", type=int, default=500, help="records per transaction (0: no count limit)")
+    p.add_argument("--commit-every-ms", type=int, default=100, help="transaction age limit (0: none)")
+    p.add_argument("--max-records", type=int, help="exit 0 after copying this many records")
+    p.add_argument("--idle-exit-ms", type=int,
+                   help="exit 0 after this long without input once the group has committed the whole input")
+    p.add_argument("--transaction-timeout-ms", type=int, default=60_000)
+    p.add_argument("--session-timeout-ms", type=int, default=10_000)
+    p.add_argument("--heartbeat-interval-ms", type=int, default=3_000)
+    p.add_argument("--progress-interval-ms", type=int, default=1_000, help="JSON progress lines at most this often")
+    bootstrap(p)
+    p.set_defaults(fn=cmd_copy)
 
     txn = sub.add_parser("txn", help="transactions: list, describe, abort (hanging transactions)")
     txn_sub = txn.add_subparsers(dest="sub", required=True)

@@ -282,6 +282,21 @@ class AsyncConsumer:
         wanted = self._consumed() if offsets is None else normalize_offsets(offsets)
         await coord.commit(wanted, self.request_timeout_ms / 1000)
 
+    async def committed_offsets(
+        self, partitions: Iterable[Any], timeout_ms: float | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The committed offsets of several partitions in one request (Java's ``committed(Set, Duration)``).
+
+        Under read_committed only stable offsets: ``UNSTABLE_OFFSET_COMMIT``
+        is retried until ``timeout_ms`` (default ``request_timeout_ms``), then raised.
+        """
+        self._check_open()
+        coord = self._require_group("committed_offsets()")
+        timeout = (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000
+        return await coord.fetch_committed(
+            normalize_partitions(partitions), require_stable=self.isolation_level == READ_COMMITTED, timeout_s=timeout
+        )
+
     async def committed(self, partition: Any, metadata: bool = False) -> int | OffsetAndMetadata | None:
         """The group's committed offset of ``partition`` (None if none); ``metadata=True``: ``OffsetAndMetadata``.
 
@@ -289,13 +304,8 @@ class AsyncConsumer:
         transactional commit for it is undecided this waits (up to
         ``request_timeout_ms``, then ``UNSTABLE_OFFSET_COMMIT``).
         """
-        self._check_open()
-        coord = self._require_group("committed()")
         (tp,) = normalize_partitions([partition])
-        found = await coord.fetch_committed(
-            [tp], require_stable=self.isolation_level == READ_COMMITTED, timeout_s=self.request_timeout_ms / 1000
-        )
-        om = found.get(tp)
+        om = (await self.committed_offsets([tp])).get(tp)
         if om is None or metadata:
             return om
         return om.offset
