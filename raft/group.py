@@ -177,7 +177,7 @@ class RaftGroup:
             return
         self._destroyed = True
         try:
-            patches.raft_log(so).onOneSecondTimer()  # persist the commit index
+            patches.store_commit_index(so)
         except Exception:
             logger.exception("group %r: failed to store journal meta", self.group_id)
         so.destroy()  # manual-tick mode: synchronous (transport closed, journal flushed+closed)
@@ -304,8 +304,7 @@ class RaftGroup:
                 fut.set_exception(self._error_for(err))
 
         def callback(result: Any, err: int) -> None:  # shard thread (or ours for QUEUE_FULL)
-            with contextlib.suppress(RuntimeError):  # loop closed
-                loop.call_soon_threadsafe(resolve, result, err)
+            self._shard.post(loop, functools.partial(resolve, result, err))
 
         so.apply_command(command, callback=callback)
         try:

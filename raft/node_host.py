@@ -262,7 +262,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--heartbeat", type=float, default=0.1)
     p.add_argument("--tick-interval", type=float, default=0.1)
     p.add_argument("--compaction-min-entries", type=int, default=2000)
-    p.add_argument("--commit-notify-delay", type=float, default=RaftSettings.__dataclass_fields__["commit_notify_delay_s"].default)
+    notify_default = RaftSettings.__dataclass_fields__["commit_notify_delay_s"].default
+    p.add_argument("--commit-notify-delay", type=float, default=notify_default)
     p.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
     logging.basicConfig(

@@ -10,8 +10,15 @@ Patches (``apply()``, idempotent, run before any SyncObj is built):
   ``bytes`` as latin-1 text, ~40x slower for binary payloads. All nodes run it.
 * ``pysyncobj.syncobj.createPoller`` returns the ticker shard's proxy poller
   while a shard is constructing a group (thread-local), else the original.
+* ``pysyncobj.syncobj.PipeNotifier``: for a group on a ticker shard, the
+  "command queued" notification goes to the shard (one shared wake-up pipe,
+  written once per burst) instead of a pipe per group written per command.
 * ``FileJournal.setRaftCommitIndex`` only marks the meta dirty when the
-  index changed (otherwise every idle group rewrites its .meta each second).
+  index changed (otherwise every idle group rewrites its .meta each second),
+  and at most every ``COMMIT_INDEX_STORE_PERIOD_S`` (each store is a file
+  write and a rename on the ticker thread; the commit index is volatile in
+  Raft, a stale one only makes a restarted node wait for its leader before
+  applying the rest). ``store_commit_index`` stores it now (clean shutdown).
 * ``MetaStorer.getMeta`` closes its file and fails on an unreadable meta
   file instead of silently forgetting the persisted term and vote.
 * ``Serializer`` closes the snapshot files it streams to followers (it
@@ -35,7 +42,8 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -47,6 +55,7 @@ import pysyncobj.transport as _psc_transport
 from pysyncobj.poller import createPoller as _original_create_poller
 
 PICKLE_PROTOCOL = 4
+COMMIT_INDEX_STORE_PERIOD_S = 5.0
 _LEADER = 2  # pysyncobj.syncobj._RAFT_STATE.LEADER
 
 _lock = threading.Lock()
@@ -89,6 +98,25 @@ def _create_poller(poller_type: str) -> Any:
     return _original_create_poller(poller_type)
 
 
+_original_pipe_notifier: Callable[..., Any] = _psc_syncobj.PipeNotifier
+
+
+class _PollerNotifier:
+    """PySyncObj's PipeNotifier interface, delegating to the poller's ``notify``."""
+
+    __slots__ = ("notify",)
+
+    def __init__(self, notify: Callable[[], None]) -> None:
+        self.notify = notify
+
+
+def _pipe_notifier(poller: Any, callback: Callable[[], None] | None = None) -> Any:
+    notify = getattr(poller, "notify", None)
+    if notify is not None and callback is None:
+        return _PollerNotifier(notify)
+    return _original_pipe_notifier(poller, callback)
+
+
 _original_set_commit = _psc_journal.FileJournal.setRaftCommitIndex
 
 
@@ -96,8 +124,23 @@ def _set_raft_commit_index(self: Any, raft_commit_index: int) -> None:
     # PySyncObj marks the meta dirty on every AppendEntries, even when the
     # commit index did not move, so every idle group rewrote its .meta file
     # (open + write + rename) once per second.
-    if self._FileJournal__meta.get("raftCommitIndex") != raft_commit_index:
-        _original_set_commit(self, raft_commit_index)
+    meta = self._FileJournal__meta
+    if meta.get("raftCommitIndex") == raft_commit_index:
+        return
+    now = time.monotonic()
+    if now < self.__dict__.get("_txb_next_commit_store", 0.0):
+        meta["raftCommitIndex"] = raft_commit_index  # stored with the next store
+        return
+    self.__dict__["_txb_next_commit_store"] = now + COMMIT_INDEX_STORE_PERIOD_S
+    _original_set_commit(self, raft_commit_index)
+
+
+def store_commit_index(so: Any) -> None:
+    """Store the journal meta (commit index included) now, if it is a file journal."""
+    journal = raft_log(so)
+    if isinstance(journal, _psc_journal.FileJournal):
+        journal._FileJournal__metaSaved = False
+        journal.onOneSecondTimer()
 
 
 def _get_meta(self: Any) -> dict[str, Any]:
@@ -160,13 +203,15 @@ class CoalescedAppendEntries:
 
     *Commit notification*: in non-batch mode a leader that applied entries
     sends an AppendEntries right away only to tell followers the new commit
-    index, and each follower acknowledges it: with one request in flight per
-    group that doubles the Raft messages per write. Instead the leader
-    schedules its next AppendEntries ``commit_notify_delay`` seconds later
-    (``_wake_at`` asks the ticker for a tick then); the next write's
-    AppendEntries, sent earlier under load, carries the commit index and
-    cancels it. Only followers' apply is delayed (by at most the delay); the
-    leader's commit and apply, hence write latency, are not.
+    index, and each follower acknowledges it, doubling the Raft messages per
+    write. When more AppendEntries are coming anyway (later entries are
+    still uncommitted, so their commit will be announced, or commands are
+    queued, so this very tick sends them) the leader skips it; those carry
+    the commit index. ``commit_notify_delay`` bounds the wait (``_wake_at``
+    asks the ticker for a tick then). When nothing else is in flight it
+    notifies at once, as PySyncObj does, so an idle group's followers are
+    never behind. Only followers' apply can be delayed; the leader's commit
+    and apply, hence write latency, never are.
 
     List it before ``SyncObj`` in the bases. Ticker thread only.
     """
@@ -203,6 +248,12 @@ class CoalescedAppendEntries:
         delay = self.commit_notify_delay
         if not need_send or delay <= 0 or self.__dict__.get("_SyncObj__raftState") != _LEADER:
             return need_send
+        more_coming = (
+            _psc_syncobj.SyncObj._SyncObj__getCurrentLogIndex(self) > self.__dict__["_SyncObj__raftCommitIndex"]
+            or len(self.__dict__["_SyncObj__commandsQueue"]._FastQueue__queue) > 0
+        )
+        if not more_coming:
+            return need_send
         due = _psc_syncobj.monotonicTime() + delay
         if due < self.__dict__["_SyncObj__newAppendEntriesTime"]:
             self.__dict__["_SyncObj__newAppendEntriesTime"] = due
@@ -222,6 +273,7 @@ def apply() -> None:
         audit()
         _psc_pickle.__dict__["__protocol"] = PICKLE_PROTOCOL
         _psc_syncobj.createPoller = _create_poller
+        _psc_syncobj.PipeNotifier = _pipe_notifier
         _psc_journal.FileJournal.setRaftCommitIndex = _set_raft_commit_index
         _psc_journal.MetaStorer.getMeta = _get_meta
         _psc_serializer.Serializer.getTransmissionData = _get_transmission_data
@@ -346,14 +398,24 @@ def audit() -> None:
     names = _original_get_transmission.__code__.co_names
     if "_Serializer__transmissions" not in names:
         problems.append("Serializer no longer keeps __transmissions")
-    if "_FileJournal__meta" not in _original_set_commit.__code__.co_names:
-        problems.append("FileJournal no longer keeps __meta")
+    if not {"_FileJournal__meta", "_FileJournal__metaSaved"} <= set(_original_set_commit.__code__.co_names):
+        problems.append("FileJournal no longer keeps __meta / __metaSaved")
     if not hasattr(pn.PipeNotifier, "_PipeNotifier__onNewNotification"):
         problems.append("PipeNotifier internals changed")
     if getattr(_psc_syncobj, "_RAFT_STATE", None) is None or _psc_syncobj._RAFT_STATE.LEADER != _LEADER:
         problems.append("pysyncobj.syncobj._RAFT_STATE.LEADER changed")
     if not hasattr(_psc_syncobj, "monotonicTime"):
         problems.append("pysyncobj.syncobj.monotonicTime missing")
+    if not hasattr(so_cls, "_SyncObj__getCurrentLogIndex"):
+        problems.append("SyncObj.__getCurrentLogIndex missing")
+    import pysyncobj.fast_queue as fq
+
+    if "_FastQueue__queue" not in fq.FastQueue.__init__.__code__.co_names:
+        problems.append("FastQueue no longer keeps __queue")
+    if not getattr(_psc_syncobj, "PIPE_NOTIFIER_ENABLED", False):
+        problems.append("pysyncobj.syncobj.PIPE_NOTIFIER_ENABLED is off")
+    if "notify" not in vars(pn.PipeNotifier):
+        problems.append("PipeNotifier.notify missing")
     src = _psc_syncobj.SyncObj.__init__.__code__.co_names
     for name in ("createPoller", "PipeNotifier"):
         if name not in src:

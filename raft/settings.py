@@ -32,9 +32,9 @@ class RaftSettings:
     tick_interval_s: float = 0.1
     # Split compaction windows across members (PySyncObj logCompactionSplit).
     log_compaction_split: bool = True
-    # How long a leader waits before telling followers a new commit index when
-    # no new entry carries it sooner (``pysyncobj_patches.CoalescedAppendEntries``).
-    # Delays followers' apply by at most this; never the leader's commit. 0: at once.
+    # Longest a leader defers telling followers a new commit index while more
+    # AppendEntries are due anyway (``pysyncobj_patches.CoalescedAppendEntries``).
+    # Delays followers' apply by at most this; never the leader's commit. 0: never defer.
     commit_notify_delay_s: float = 0.02
 
     def __post_init__(self) -> None:

@@ -17,6 +17,9 @@ from other threads (a lock-free queue plus a wake-up pipe).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import heapq
 import logging
 import os
@@ -63,6 +66,10 @@ class ProxyPoller:
     def poll(self, timeout: float) -> None:
         """No-op: the shard polls once for all its groups."""
 
+    def notify(self) -> None:
+        """A command was queued for this group (any thread): tick it soon."""
+        self._shard.notify(self._group_id)
+
 
 class _SafePoller(PollPoller):  # type: ignore[misc]  # PySyncObj is untyped
     """PollPoller whose callbacks cannot abort the poll loop for other descriptors."""
@@ -103,7 +110,11 @@ class TickerShard:
         self.dirty: set[str] = set()
         self.groups: dict[str, Tickable] = {}
         self._timers: list[tuple[float, str]] = []  # heap of (monotonic time, group id)
+        self._outbox: dict[asyncio.AbstractEventLoop, list[Callable[[], None]]] = {}
         self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        # True while a wake-up byte is in the pipe or about to be: later
+        # enqueuers skip the write (cleared by the shard before it drains).
+        self._wake_pending = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -140,9 +151,47 @@ class TickerShard:
         if self._stopping:
             fut.set_exception(RuntimeError("ticker shard stopped"))
             return fut
-        self._tasks.put(task)
-        self.wake()
+        self._enqueue(task)
         return fut
+
+    def notify(self, group_id: str) -> None:
+        """Tick ``group_id`` soon (any thread; replaces PySyncObj's per-group notification pipe)."""
+        if self.in_thread():
+            self.dirty.add(group_id)
+        else:
+            self._enqueue(functools.partial(self.dirty.add, group_id))
+
+    def _enqueue(self, task: Callable[[], None]) -> None:
+        # Put before testing the flag: if the flag is still set, the shard has
+        # not drained yet (it clears the flag first), so it will run ``task``.
+        self._tasks.put(task)
+        if not self._wake_pending:
+            self._wake_pending = True
+            self.wake()
+
+    def post(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on ``loop``; from the shard thread, batched: one loop wake-up per shard pass.
+
+        Many commands commit in one pass under load; waking the event loop
+        once for all of them saves a self-pipe write and a thread switch each.
+        """
+        if not self.in_thread():
+            with contextlib.suppress(RuntimeError):  # loop closed: nobody listens any more
+                loop.call_soon_threadsafe(fn)
+            return
+        pending = self._outbox.get(loop)
+        if pending is None:
+            self._outbox[loop] = [fn]
+        else:
+            pending.append(fn)
+
+    def _flush_outbox(self) -> None:
+        if not self._outbox:
+            return
+        outbox, self._outbox = self._outbox, {}
+        for loop, fns in outbox.items():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_run_all, fns)
 
     def tick_at(self, group_id: str, when: float) -> None:
         """Tick ``group_id`` at (monotonic) time ``when`` at the latest (shard thread only)."""
@@ -182,6 +231,7 @@ class TickerShard:
         os.close(self._wake_w)
 
     def _run_tasks(self) -> None:
+        self._wake_pending = False
         while True:
             try:
                 task = self._tasks.get_nowait()
@@ -195,6 +245,7 @@ class TickerShard:
             self._run_tasks()
             if self._stopping:
                 self._run_tasks()
+                self._flush_outbox()
                 return
             now = time.monotonic()
             self._due_timers(now)
@@ -210,6 +261,7 @@ class TickerShard:
                 except Exception:
                     logger.exception("raft tick failed for group %r", group.group_id)
             self.ticks += 1
+            self._flush_outbox()
             wake_at = min(next_full, self._timers[0][0]) if self._timers else next_full
             timeout = 0.0 if self.dirty else max(0.0, wake_at - time.monotonic())
             try:
@@ -217,3 +269,12 @@ class TickerShard:
             except Exception:
                 logger.exception("raft poller failed in shard %d", self.index)
                 time.sleep(0.01)
+            self._flush_outbox()
+
+
+def _run_all(fns: list[Callable[[], None]]) -> None:
+    for fn in fns:
+        try:
+            fn()
+        except Exception:
+            logger.exception("raft completion callback failed")

@@ -151,30 +151,66 @@ def test_queued_commands_go_out_in_one_append_entries_per_drain() -> None:
 
 
 @pytest.mark.parametrize("delay", [0.0, 5.0])
-def test_commit_notification_waits_for_the_delay_unless_disabled(delay: float) -> None:
+def test_commit_notification_is_deferred_only_while_more_entries_are_in_flight(delay: float) -> None:
     patches.apply()
     transport = _RecordingTransport()
     so = _Coalescing(transport, commit_notify_delay=delay)
     try:
         follower = so.lead()
         results: list[Any] = []
-        so.put(b"v", callback=lambda res, err: results.append((res, err)))
-        so.doTick(0.0)  # appends and replicates the entry
-        entry_index = so._SyncObj__getCurrentLogIndex()
-        assert _append_entries(transport)[-1]["entries"][-1][1] == entry_index
-        so._SyncObj__raftMatchIndex[follower] = entry_index  # the follower acknowledged
-        before = len(_append_entries(transport))
-        so.doTick(0.0)  # commits and applies on the leader
-        assert results == [(b"v", 0)]
-        notified = [m for m in _append_entries(transport)[before:] if m["commit_index"] == entry_index]
-        if delay == 0.0:
-            assert notified and not so.wakes  # PySyncObj's behaviour: at once
-            return
-        assert not notified
-        assert len(so.wakes) == 1 and so.wakes[0] <= monotonic() + delay
-        so._SyncObj__newAppendEntriesTime = monotonic() - 1  # the ticker wakes us at the due time
+        so.put(b"first", callback=lambda res, err: results.append(res))
+        so.put(b"second", callback=lambda res, err: results.append(res))
+        so.doTick(0.0)  # appends and replicates both entries
+        second = so._SyncObj__getCurrentLogIndex()
+        first = second - 1
+        assert [e[1] for e in _append_entries(transport)[-1]["entries"]] == [first, second]
+
+        def notified(index: int, since: int) -> bool:
+            return any(m["commit_index"] == index for m in _append_entries(transport)[since:])
+
+        # The follower acknowledged the first entry only: it commits while the second is in flight.
+        so._SyncObj__raftMatchIndex[follower] = first
+        sent = len(_append_entries(transport))
         so.doTick(0.0)
-        assert _append_entries(transport)[-1]["commit_index"] == entry_index
+        assert results == [b"first"]
+        if delay == 0.0:
+            assert notified(first, sent) and not so.wakes  # PySyncObj's behaviour: at once
+            return
+        assert not notified(first, sent)  # the second entry's commit will announce it
+        assert len(so.wakes) == 1 and so.wakes[0] <= monotonic() + delay
+        # The second entry commits: nothing else in flight, so followers hear at once.
+        so._SyncObj__raftMatchIndex[follower] = second
+        sent = len(_append_entries(transport))
+        so.doTick(0.0)
+        assert results == [b"first", b"second"]
+        assert notified(second, sent)
     finally:
         so.destroy()
         patches.close_pipe_notifier(so)
+
+
+def test_commit_index_is_stored_at_most_once_per_period_and_on_demand(tmp_path: Any) -> None:
+    import types
+
+    from pysyncobj.journal import FileJournal, MetaStorer
+
+    patches.apply()
+    path = str(tmp_path / "raft.journal")
+    journal = FileJournal(path)
+    try:
+
+        def stored() -> Any:
+            return MetaStorer(path + ".meta").getMeta().get("raftCommitIndex")
+
+        journal.setRaftCommitIndex(5)
+        journal.onOneSecondTimer()
+        assert stored() == 5
+        journal.setRaftCommitIndex(6)  # within the period: kept in memory only
+        journal.onOneSecondTimer()
+        assert stored() == 5
+        assert journal.getRaftCommitIndex() == 6
+        so = types.SimpleNamespace(_SyncObj__raftLog=journal)
+        patches.store_commit_index(so)
+        assert stored() == 6
+    finally:
+        journal._destroy()

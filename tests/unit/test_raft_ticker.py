@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -29,3 +30,43 @@ def test_timed_tick_is_due_only_at_its_time(shard: TickerShard) -> None:
     shard._due_timers(100.0)
     assert shard.dirty == {"b"}
     assert shard._timers == []
+
+
+class _FakeLoop:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def call_soon_threadsafe(self, fn: Any, *args: Any) -> None:
+        self.calls.append((fn, *args))
+
+
+def test_completions_posted_in_one_pass_wake_the_loop_once(shard: TickerShard, monkeypatch: pytest.MonkeyPatch) -> None:
+    loop, ran = _FakeLoop(), []
+    monkeypatch.setattr(shard, "in_thread", lambda: True)
+    for i in range(3):
+        shard.post(loop, lambda i=i: ran.append(i))  # type: ignore[arg-type,misc]
+    assert loop.calls == []
+    shard._flush_outbox()
+    assert len(loop.calls) == 1
+    fn, batch = loop.calls[0]
+    fn(batch)
+    assert ran == [0, 1, 2]
+    shard._flush_outbox()
+    assert len(loop.calls) == 1  # nothing new: no wake-up
+
+
+def test_post_from_another_thread_goes_straight_to_the_loop(shard: TickerShard) -> None:
+    loop, ran = _FakeLoop(), []
+    shard.post(loop, lambda: ran.append(1))  # type: ignore[arg-type]
+    assert len(loop.calls) == 1
+
+
+def test_notifications_from_other_threads_write_one_wake_up_per_drain(shard: TickerShard) -> None:
+    for gid in ("a", "b", "a"):
+        shard.notify(gid)
+    assert os.read(shard._wake_r, 100) == b"w"  # one byte for the whole burst
+    assert shard.dirty == set()  # marked by the shard thread, not by the caller
+    shard._run_tasks()
+    assert shard.dirty == {"a", "b"}
+    shard.notify("c")  # after a drain, the next notification wakes the shard again
+    assert os.read(shard._wake_r, 100) == b"w"
