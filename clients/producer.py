@@ -13,9 +13,15 @@ costs no cross-thread call per record.
 Java producer callback runs on its I/O thread): keep it short and do not call
 ``flush``/``close`` from it.
 
+Transactions: ``init_transactions``, ``begin_transaction``,
+``commit_transaction``, ``abort_transaction``, ``send_offsets_to_transaction``
+and ``prepare_transaction`` run on the loop thread, each after every record
+handed off before it is in the accumulator (a record sent before
+``commit_transaction`` belongs to the committed transaction).
+
 Thread-safety: ``send``, ``flush`` and ``close`` may be called from any
-thread. Lock order: only ``_cond`` (memory accounting), never held while
-calling into the loop.
+thread; the transactional methods from one thread at a time. Lock order:
+only ``_cond`` (memory accounting), never held while calling into the loop.
 """
 
 from __future__ import annotations
@@ -26,18 +32,20 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
 
 from ._loop_thread import LoopThread
 from .aio._batch import DeliveryTimeoutError, add_callback
 from .aio.producer import AsyncProducer, Callback
 from .protocol import BrokerError, ErrorCode
-from .records import RecordMetadata
+from .records import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction, RecordMetadata, TopicPartition
 
 __all__ = ["Producer"]
 
 log = logging.getLogger("clients.producer")
+
+T = TypeVar("T")
 
 _Item = tuple[
     str, int | None, bytes | None, bytes | None, bytes, int, int | None, "concurrent.futures.Future[RecordMetadata]"
@@ -113,6 +121,31 @@ class Producer:
 
     def metrics(self) -> dict[str, Any]:
         return self._lt.run(self._metrics())
+
+    # ---- transactions (semantics: AsyncProducer) ----------------------------------------------------
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        self._lt.run(self._producer.init_transactions(timeout))
+
+    def begin_transaction(self) -> None:
+        self._lt.run(self._begin())
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        self._lt.run(self._after_handoff(self._producer.commit_transaction(timeout), timeout))
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._lt.run(self._after_handoff(self._producer.abort_transaction(timeout), timeout))
+
+    def prepare_transaction(self, group_id: str | None = None, timeout: float | None = None) -> PreparedTransaction:
+        return self._lt.run(self._after_handoff(self._producer.prepare_transaction(group_id, timeout), timeout))
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+        group_id: str | ConsumerGroupMetadata,
+        timeout: float | None = None,
+    ) -> None:
+        self._lt.run(self._producer.send_offsets_to_transaction(offsets, group_id, timeout))
 
     def __enter__(self) -> Producer:
         return self
@@ -210,3 +243,17 @@ class Producer:
 
     async def _metrics(self) -> dict[str, Any]:
         return self._producer.metrics()
+
+    async def _begin(self) -> None:
+        self._producer.begin_transaction()
+
+    async def _after_handoff(self, op: Coroutine[Any, Any, T], timeout: float | None) -> T:
+        """Run ``op`` once every record handed off so far is in the accumulator (or failed)."""
+        try:
+            await self._drain_handoff(timeout)
+        except TimeoutError as exc:
+            op.close()
+            raise BrokerError(
+                ErrorCode.REQUEST_TIMED_OUT, f"records still waiting for metadata after {timeout}s"
+            ) from exc
+        return await op

@@ -39,10 +39,20 @@ __all__ = ["Outcome", "PartitionQueue", "RecordAccumulator"]
 
 TopicPartition = tuple[str, int]
 
-# Errors after which the broker may still hold the batch (the request may have
-# been proposed to Raft before the answer was lost or the leader changed).
-# Every other error is a rejection before or at apply: the batch is not in the log.
-_NOT_SUBMITTED = frozenset({ErrorCode.THROTTLING_QUOTA_EXCEEDED, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+# Retriable errors the broker answers before it proposes the batch to Raft: the
+# batch is certainly not in the log. The coordinator errors come only from the
+# KIP-890 verification of a transactional batch, which precedes the proposal.
+# Any other retriable error (lost answer, leader change) may hide a written batch.
+_NOT_SUBMITTED = frozenset(
+    {
+        ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
 # Kafka retries these although txbroker's ErrorCode marks the last one non-retriable:
 # the client's metadata may simply be older than the topic.
 _PRODUCER_RETRIABLE = frozenset(c for c in ErrorCode if c.retriable) | {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
@@ -129,7 +139,9 @@ class RecordAccumulator:
         max_request_size: int,
         on_report: Callable[[ProducerBatch], None] = lambda _b: None,
         rng: random.Random | None = None,
+        request_overhead: int = 0,
     ) -> None:
+        """``request_overhead``: bytes every produce request carries besides its batches (the transactional id)."""
         self.idem = idempotence
         self.batch_size = batch_size
         self.linger_s = linger_s
@@ -138,6 +150,7 @@ class RecordAccumulator:
         self.retry_backoff_s = retry_backoff_s
         self.retries = retries
         self.max_request_size = max_request_size
+        self.request_framing = _REQUEST_FRAMING + request_overhead
         self.on_report = on_report
         self.partitions: dict[TopicPartition, PartitionQueue] = {}
         self.sticky: dict[str, int] = {}
@@ -234,6 +247,7 @@ class RecordAccumulator:
             self.buffered_bytes -= batch.size - BATCH_OVERHEAD
             batch.fail(exc)
             self.on_report(batch)
+            self.idem.batch_failed(exc)
 
     def _finish(self, pq: PartitionQueue, batch: ProducerBatch) -> None:
         batch.transition_to(BatchState.DONE)
@@ -314,7 +328,7 @@ class RecordAccumulator:
                     pq.open = None
                 seq = idem.next_sequence((pq.topic, pq.partition), b.record_count) if idem.enabled else -1
                 cur = idem.current
-                b.seal_wire(cur.producer_id, cur.epoch, seq, transactional=False)
+                b.seal_wire(cur.producer_id, cur.epoch, seq, transactional=idem.transactional)
                 pq.inflight.append(b)
                 sends.append(b)
                 new = bool(pq.queue) and len(pq.inflight) < self.max_in_flight and self._sendable_new(pq.queue[0], now)
@@ -334,7 +348,7 @@ class RecordAccumulator:
                     i += 1
                 if i == len(requests):
                     requests.append([])
-                    sizes.append(_REQUEST_FRAMING)
+                    sizes.append(self.request_framing)
                 requests[i].append(b)
                 sizes[i] += n
                 start = i + 1
@@ -511,6 +525,43 @@ class RecordAccumulator:
                 b.transition_to(BatchState.DONE)
             pq.open = None
             pq.pop_done()
+
+    def fail_undrained(self, exc: BrokerError) -> int:
+        """The transaction is being aborted: fail every batch no request carries now; returns how many.
+
+        Queued batches and batches waiting for a retry or a re-sequencing are
+        never sent again (Kafka's ``abortUndrainedBatches``); a batch in flight
+        is left to its answer. Whatever of the transaction did land is removed
+        from read_committed view by the ABORT marker, and an old-epoch request
+        that lands later is fenced by the partition.
+        """
+        n = 0
+        for pq in self.partitions.values():
+            for b in pq.inflight:
+                if b.state in (BatchState.RETRY_WAIT, BatchState.RESEQUENCE):
+                    self._report_failure(b, exc)
+                    b.transition_to(BatchState.DONE)
+                    n += 1
+            while pq.queue:
+                b = pq.queue.popleft()
+                self._report_failure(b, exc)
+                b.transition_to(BatchState.DONE)
+                n += 1
+            pq.open = None
+            pq.pop_done()
+        return n
+
+    def has_undrained(self) -> bool:
+        return any(
+            pq.queue or any(b.state in (BatchState.RETRY_WAIT, BatchState.RESEQUENCE) for b in pq.inflight)
+            for pq in self.partitions.values()
+        )
+
+    def reset_after_transaction(self) -> None:
+        """A new identity (the next transaction's epoch): forget the finished windows."""
+        for pq in self.partitions.values():
+            pq.pop_done()
+            pq.inflight = [b for b in pq.inflight if b.state is not BatchState.DONE]
 
     def abort_incomplete(self, why: str) -> None:
         """close(timeout) gave up: fail what is left (outcome unknown for anything sent)."""

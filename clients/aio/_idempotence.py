@@ -20,13 +20,20 @@ Terms (kafka_txn.md §3):
 * **epoch exhaustion**: at ``EPOCH_EXHAUSTED`` (Short.MAX_VALUE - 1, as Kafka) a
   bump asks for a new producer id instead.
 
-The transactional half (``init_transactions``/``begin``/``commit``/``abort``)
-extends the same state machine when the transactions work lands.
+* **transactional mode** (``transactional=True``): the coordinator owns the
+  epoch, so there is no local bump. An unresolved sequence or a failed batch
+  makes the open transaction abortable instead (``TxnListener``, implemented by
+  ``_transactions.TransactionManager``); EndTxn hands out the identity of the
+  next transaction (TV2 bumps the epoch at every EndTxn), adopted with
+  ``set_producer_id`` (READY -> READY), which restarts every sequence at 0.
+  New batches are sequenced only while the transaction manager allows it
+  (``sending_allowed``).
 
 State machine (an enum plus ``VALID_PREVIOUS``)::
 
     UNINITIALIZED --init--> READY --unresolved--> BUMP_PENDING --bump--> READY
                                                               \\--exhausted--> UNINITIALIZED
+    READY --next transaction's identity (transactional)--> READY
     any --fenced/unrecoverable--> FATAL
 """
 
@@ -34,10 +41,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..protocol import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, BrokerError, ErrorCode
 
-__all__ = ["EPOCH_EXHAUSTED", "IdempotenceManager", "ProducerIdAndEpoch", "ProducerIdState"]
+__all__ = ["EPOCH_EXHAUSTED", "IdempotenceManager", "ProducerIdAndEpoch", "ProducerIdState", "TxnListener"]
 
 EPOCH_EXHAUSTED = 2**15 - 2
 SEQUENCE_MODULUS = 2**31
@@ -52,12 +60,25 @@ class ProducerIdState(enum.Enum):
 
 VALID_PREVIOUS: dict[ProducerIdState, frozenset[ProducerIdState]] = {
     ProducerIdState.UNINITIALIZED: frozenset({ProducerIdState.BUMP_PENDING}),
-    ProducerIdState.READY: frozenset({ProducerIdState.UNINITIALIZED, ProducerIdState.BUMP_PENDING}),
+    # READY -> READY: a transactional producer takes a new identity at every EndTxn (TV2).
+    ProducerIdState.READY: frozenset(
+        {ProducerIdState.UNINITIALIZED, ProducerIdState.BUMP_PENDING, ProducerIdState.READY}
+    ),
     ProducerIdState.BUMP_PENDING: frozenset({ProducerIdState.READY}),
     ProducerIdState.FATAL: frozenset(
         {ProducerIdState.UNINITIALIZED, ProducerIdState.READY, ProducerIdState.BUMP_PENDING}
     ),
 }
+
+
+class TxnListener(Protocol):
+    """What a transactional producer's transaction manager hears from the send path."""
+
+    def on_abortable(self, reason: str) -> None:
+        """A batch of the open transaction failed or its sequence is unresolved: the txn must be aborted."""
+
+    def on_fatal(self, exc: BrokerError) -> None:
+        """The producer is fenced (or otherwise unusable)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +92,15 @@ class IdempotenceManager:
 
     With ``enabled=False`` (``enable_idempotence=False``) batches are plain
     writes (producer id -1) and the manager is READY from the start.
+    ``transactional=True`` implies ``enabled`` (see the module docstring).
     """
 
-    def __init__(self, *, enabled: bool) -> None:
-        self.enabled = enabled
-        self.state = ProducerIdState.UNINITIALIZED if enabled else ProducerIdState.READY
+    def __init__(self, *, enabled: bool, transactional: bool = False) -> None:
+        self.enabled = enabled or transactional
+        self.transactional = transactional
+        self.listener: TxnListener | None = None
+        self.sending_allowed = not transactional
+        self.state = ProducerIdState.UNINITIALIZED if self.enabled else ProducerIdState.READY
         self.current = ProducerIdAndEpoch()
         self.fatal_error: BrokerError | None = None
         self.bump_reason = ""
@@ -91,19 +116,38 @@ class IdempotenceManager:
 
     @property
     def can_sequence(self) -> bool:
-        return self.state is ProducerIdState.READY
+        return self.state is ProducerIdState.READY and self.sending_allowed
 
     def set_producer_id(self, producer_id: int, epoch: int) -> None:
-        """A fresh id from InitProducerId: sequences restart at 0."""
+        """A fresh identity (InitProducerId, or EndTxn's answer): sequences restart at 0."""
+        if self.state is ProducerIdState.READY and not self.transactional:
+            raise BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, "an idempotent producer changes its identity by a bump")
         self._transition_to(ProducerIdState.READY)
         self.current = ProducerIdAndEpoch(producer_id, epoch)
         self._next_seq.clear()
 
     def request_bump(self, reason: str) -> None:
-        """A sequence became unresolved; no-op when a bump is already pending or the producer is fenced."""
+        """A sequence became unresolved; no-op when a bump is already pending or the producer is fenced.
+
+        Transactional: no local bump (the coordinator owns the epoch); the open
+        transaction becomes abortable and its EndTxn brings the next epoch.
+        """
+        if self.transactional:
+            if self.listener is not None and self.state is ProducerIdState.READY:
+                self.listener.on_abortable(reason)
+            return
         if self.enabled and self.state is ProducerIdState.READY:
             self._transition_to(ProducerIdState.BUMP_PENDING)
             self.bump_reason = reason
+
+    def batch_failed(self, exc: BrokerError) -> None:
+        """A batch's records were reported failed (transactional: the transaction must be aborted)."""
+        if self.transactional and self.listener is not None and self.state is ProducerIdState.READY:
+            self.listener.on_abortable(f"a batch failed: {exc}")
+
+    def sequenced_partitions(self) -> set[tuple[str, int]]:
+        """Partitions that got a batch under the current identity (transactional: the open txn's partitions)."""
+        return set(self._next_seq)
 
     def bump_epoch(self) -> bool:
         """Bump the epoch locally and restart sequences (call once nothing is in flight).
@@ -124,6 +168,8 @@ class IdempotenceManager:
         if self.state is not ProducerIdState.FATAL:
             self._transition_to(ProducerIdState.FATAL)
             self.fatal_error = exc
+            if self.listener is not None:
+                self.listener.on_fatal(exc)
 
     def next_sequence(self, tp: tuple[str, int], record_count: int) -> int:
         """Assign the base sequence of the next batch to ``tp`` (wrapping at 2**31 like Kafka)."""

@@ -19,6 +19,16 @@ answers, leader changes, a paused broker. How:
   returned, then the epoch is bumped and all sequences restart at 0 (KIP-360;
   see ``_idempotence``).
 
+Transactions (``transactional_id``; kafka_txn.md §4.3, TV2): ``init_transactions``,
+then ``begin_transaction`` / ``send`` ... / ``send_offsets_to_transaction`` /
+``commit_transaction`` or ``abort_transaction``, or ``prepare_transaction`` for an
+external coordinator. Batches are flagged transactional and the request names
+the transactional id; the first batch to a partition adds it to the
+transaction (the partition leader verifies with the coordinator, KIP-890).
+Each EndTxn hands back the identity of the next transaction. The state
+machine and error handling (fenced -> fatal, failed batch -> abortable) are
+in ``_transactions``.
+
 The event loop is never blocked: ``send`` encodes the record and returns a
 future; it suspends only to learn a topic's partitions or when
 ``buffer_memory`` is used up (at most ``max_block_ms``). Not thread-safe: use
@@ -43,12 +53,14 @@ from ..protocol import (
     ProduceRequest,
     encode_produce_request,
 )
-from ..records import RecordMetadata
+from ..records import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction, RecordMetadata, TopicPartition
 from ._accumulator import METADATA_ERRORS, Outcome, RecordAccumulator
 from ._batch import BATCH_OVERHEAD, ProducerBatch, RecordSink, add_callback, encode_headers, record_size
 from ._idempotence import IdempotenceManager, ProducerIdState
 from ._metadata import MetadataCache
 from ._session import HttpSession
+from ._transactions import TransactionAbortedError, TransactionManager, TxnState
+from ._txn_coordinator import CoordinatorClient, group_offsets_path, offset_commit_entries, transaction_path
 
 __all__ = ["AsyncProducer", "Callback", "Serializer"]
 
@@ -87,9 +99,10 @@ class AsyncProducer:
     advertises in its metadata to the URLs this client must use instead (a
     fault-injecting proxy in front of each node).
 
-    ``transactional_id`` is accepted so code can be written against the final
-    signature; the transactional methods arrive with the transactions work and
-    until then ``send`` refuses to run with a transactional id.
+    ``transactional_id`` makes it a transactional producer (idempotence is
+    forced on); ``transaction_timeout_ms`` is the coordinator's limit on one
+    open transaction. The transactional methods block at most ``max_block_ms``
+    unless given a ``timeout`` (seconds), as in Kafka.
     """
 
     def __init__(
@@ -118,6 +131,10 @@ class AsyncProducer:
         _on_release: Callable[[int], None] | None = None,
     ) -> None:
         self._acks = _acks(acks)
+        if transactional_id is not None:
+            if not transactional_id:
+                raise BrokerError(ErrorCode.INVALID_CONFIG, "transactional_id must not be empty (use None)")
+            enable_idempotence = True  # as in Kafka: a transactional producer is idempotent
         if enable_idempotence and self._acks != -1:
             raise BrokerError(ErrorCode.INVALID_CONFIG, "enable_idempotence requires acks='all'")
         if enable_idempotence and not 1 <= max_in_flight_requests_per_connection <= 5:
@@ -146,7 +163,15 @@ class AsyncProducer:
         self._on_release = _on_release
         self._session = HttpSession(request_timeout_ms=request_timeout_ms)
         self._metadata = MetadataCache(self._session, bootstrap, metadata_max_age_ms=metadata_max_age_ms)
-        self._idem = IdempotenceManager(enabled=enable_idempotence)
+        self._idem = IdempotenceManager(enabled=enable_idempotence, transactional=transactional_id is not None)
+        self._txn = TransactionManager(transactional_id, self._idem) if transactional_id is not None else None
+        self._coordinators = CoordinatorClient(
+            self._session,
+            self._metadata,
+            request_timeout_s=request_timeout_ms / 1000,
+            retry_backoff_s=retry_backoff_ms / 1000,
+            rewrite=self._rewrite,
+        )
         self._acc = RecordAccumulator(
             self._idem,
             batch_size=batch_size,
@@ -157,10 +182,12 @@ class AsyncProducer:
             retries=retries,
             max_request_size=max_request_size,
             on_report=self._on_report,
+            request_overhead=len(transactional_id.encode()) if transactional_id is not None else 0,
         )
         self._wake = asyncio.Event()
         self._init_done = asyncio.Event()  # an InitProducerId attempt sequence ended (id or fatal error)
         self._memory_freed = asyncio.Event()
+        self._requests_idle = asyncio.Event()
         self._flush_waiters: list[tuple[set[ProducerBatch], asyncio.Future[None]]] = []
         self._sender: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -183,8 +210,13 @@ class AsyncProducer:
         return self._idem.current.epoch
 
     async def start(self) -> None:
-        """Start the sender and (idempotent mode) wait for a producer id, at most ``max_block_ms``."""
+        """Start the sender and (idempotent mode) wait for a producer id, at most ``max_block_ms``.
+
+        A transactional producer gets its id from ``init_transactions``.
+        """
         self.ensure_started()
+        if self._txn is not None:
+            return
         try:
             async with asyncio.timeout(self._max_block_s):
                 while self._idem.state is ProducerIdState.UNINITIALIZED:
@@ -278,6 +310,186 @@ class AsyncProducer:
             self._acc.abort_incomplete("producer closed")
             await self._session.close()
 
+    # ---- transactions (kafka_txn.md §4.3, TV2; states and error handling in _transactions) --------
+
+    def _txn_manager(self) -> TransactionManager:
+        if self._txn is None:
+            raise BrokerError(ErrorCode.INVALID_CONFIG, "transactional methods need a transactional_id")
+        if self._closed:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "the producer is closed")
+        return self._txn
+
+    def _deadline(self, timeout: float | None) -> float:
+        return time.monotonic() + (self._max_block_s if timeout is None else timeout)
+
+    async def init_transactions(self, timeout: float | None = None) -> None:
+        """InitProducerId for the transactional id: fences every older instance and aborts its open transaction.
+
+        Retries CONCURRENT_TRANSACTIONS (the coordinator is still aborting the
+        previous instance's transaction) and coordinator moves until
+        ``timeout`` (seconds, default ``max_block_ms``); after a timeout it may
+        be called again.
+        """
+        txn = self._txn_manager()
+        txn.begin_init()
+        self.ensure_started()
+        tid = txn.transactional_id
+        body = {"transactional_id": tid, "transaction_timeout_ms": self.transaction_timeout_ms}
+        try:
+            res = await self._coordinators.call(
+                "transaction", tid, "/v1/producers/init", body, self._deadline(timeout), "init_transactions"
+            )
+        except BrokerError as exc:
+            if exc.error_code in (ErrorCode.PRODUCER_FENCED, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED):
+                raise txn.fail(exc) from exc
+            txn.init_failed()  # a timeout, or a configuration the coordinator refuses (INVALID_TRANSACTION_TIMEOUT)
+            raise
+        txn.initialized(int(res["producer_id"]), int(res["producer_epoch"]))
+        self._acc.reset_after_transaction()
+        self._wake.set()
+
+    def begin_transaction(self) -> None:
+        """Open a transaction locally; the coordinator learns of it with its first batch or offsets."""
+        self._txn_manager().begin()
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush, then EndTxn(commit); returns once the coordinator has written every COMMIT marker.
+
+        Raises ``TRANSACTION_ABORTABLE`` if a record of the transaction failed
+        (call ``abort_transaction``), ``PRODUCER_FENCED`` if fenced, and
+        ``REQUEST_TIMED_OUT`` when ``timeout`` passes first -- the commit may
+        then still happen: call ``commit_transaction`` again to finish it.
+        """
+        txn = self._txn_manager()
+        txn.begin_end(TxnState.COMMITTING)
+        deadline = self._deadline(timeout)
+        await self.flush(max(0.0, deadline - time.monotonic()))
+        txn.raise_if_abortable()
+        await self._end_transaction(txn, deadline, commit=True)
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        """Fail the records not sent yet, wait for those in flight, then EndTxn(abort).
+
+        The unsent records' futures fail with ``TransactionAbortedError``
+        (``TRANSACTION_ABORTABLE``). After ``REQUEST_TIMED_OUT`` call it again.
+        """
+        txn = self._txn_manager()
+        txn.begin_end(TxnState.ABORTING)
+        deadline = self._deadline(timeout)
+        self._acc.fail_undrained(TransactionAbortedError(f"{txn.transactional_id}: transaction aborted before send"))
+        await self.flush(max(0.0, deadline - time.monotonic()))
+        await self._end_transaction(txn, deadline, commit=False)
+
+    async def prepare_transaction(
+        self, group_id: str | None = None, timeout: float | None = None
+    ) -> PreparedTransaction:
+        """Flush, then make the transaction durable on the coordinator for an external coordinator to end.
+
+        Whoever holds the returned ``PreparedTransaction`` may commit or abort
+        it later (``POST /v1/transactions/{id}/end``); with ``group_id`` it is
+        bound to that commit group and only the group's decision ends it.
+        This producer may then only be closed or ``init_transactions``'d again.
+        """
+        txn = self._txn_manager()
+        txn.begin_end(TxnState.PREPARING)
+        deadline = self._deadline(timeout)
+        await self.flush(max(0.0, deadline - time.monotonic()))
+        txn.raise_if_abortable()
+        await self._wait_requests_idle(deadline)
+        cur = self._idem.current
+        body: dict[str, Any] = {"producer_id": cur.producer_id, "producer_epoch": cur.epoch}
+        if group_id is not None:
+            body["group_id"] = group_id
+        tid = txn.transactional_id
+        try:
+            res = await self._coordinators.call(
+                "transaction", tid, transaction_path(tid, "prepare"), body, deadline, "prepare_transaction"
+            )
+        except BrokerError as exc:
+            if exc.retriable:
+                raise  # outcome unknown: call prepare_transaction again (or abort_transaction)
+            raise txn.end_rejected(exc) from exc
+        txn.prepared()
+        return PreparedTransaction(tid, int(res["producer_id"]), int(res["producer_epoch"]))
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+        group_id: str | ConsumerGroupMetadata,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit consumer offsets as part of the transaction (AddOffsetsToTxn, then TxnOffsetCommit).
+
+        They become the group's committed offsets when the transaction
+        commits and vanish when it aborts. Pass the consumer's
+        ``ConsumerGroupMetadata`` so the group coordinator fences a zombie
+        member (KIP-447: ``ILLEGAL_GENERATION``/``UNKNOWN_MEMBER_ID``). Any
+        failure leaves the transaction abortable (fenced: fatal).
+        """
+        txn = self._txn_manager()
+        txn.check_offsets()
+        group = group_id if isinstance(group_id, ConsumerGroupMetadata) else ConsumerGroupMetadata(group_id)
+        if not isinstance(group.group_id, str) or not group.group_id:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "group_id must be a non-empty string")
+        entries = offset_commit_entries(offsets)
+        deadline = self._deadline(timeout)
+        tid = txn.transactional_id
+        cur = self._idem.current
+        ident = {"producer_id": cur.producer_id, "producer_epoch": cur.epoch}
+        try:
+            if group.group_id not in txn.offset_groups:
+                # Counted before the call: if its answer is lost the coordinator may know the txn (EndTxn needed).
+                txn.offset_groups.add(group.group_id)
+                await self._coordinators.call(
+                    "transaction", tid, transaction_path(tid, "offsets"), {**ident, "group_id": group.group_id},
+                    deadline, "AddOffsetsToTxn",
+                )  # fmt: skip
+            body = {
+                "offsets": entries,
+                "transactional_id": tid,
+                **ident,
+                "generation_id": group.generation_id,
+                "member_id": group.member_id,
+            }
+            await self._coordinators.call(
+                "group", group.group_id, group_offsets_path(group.group_id), body, deadline, "TxnOffsetCommit"
+            )
+        except BrokerError as exc:
+            if exc.error_code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
+                raise txn.fail(exc) from exc
+            txn.on_abortable(f"sending offsets for group {group.group_id!r} failed: {exc}")
+            raise
+
+    async def _end_transaction(self, txn: TransactionManager, deadline: float, *, commit: bool) -> None:
+        """EndTxn once nothing of the transaction is in flight; adopt the identity it hands out."""
+        cur = self._idem.current
+        if not txn.needs_end_txn():
+            txn.ended(cur.producer_id, cur.epoch, committed=commit)  # the coordinator never heard of it
+            return
+        await self._wait_requests_idle(deadline)
+        tid = txn.transactional_id
+        body = {"producer_id": cur.producer_id, "producer_epoch": cur.epoch, "commit": commit}
+        what = "commit_transaction" if commit else "abort_transaction"
+        try:
+            res = await self._coordinators.call("transaction", tid, transaction_path(tid, "end"), body, deadline, what)
+        except BrokerError as exc:
+            if exc.retriable:
+                raise  # outcome unknown: the same call again resumes it with the same identity
+            raise txn.end_rejected(exc) from exc
+        txn.ended(int(res["producer_id"]), int(res["producer_epoch"]), committed=commit)
+        self._acc.reset_after_transaction()
+        self._wake.set()
+
+    async def _wait_requests_idle(self, deadline: float) -> None:
+        """Wait until no produce request is outstanding (expired batches' requests included)."""
+        while self._acc.outstanding_requests:
+            self._requests_idle.clear()
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    await self._requests_idle.wait()
+            except TimeoutError as exc:
+                raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, "produce requests still in flight") from exc
+
     def metrics(self) -> dict[str, Any]:
         """Counters for tests and benchmarks (not a stable interface)."""
         return {
@@ -289,6 +501,16 @@ class AsyncProducer:
             "state": self._idem.state.name,
             "errors": dict(self._errors),
             "buffered_bytes": self._acc.buffered_bytes,
+            **(
+                {
+                    "transaction_state": self._txn.state.name,
+                    "transactions_committed": self._txn.transactions_committed,
+                    "transactions_aborted": self._txn.transactions_aborted,
+                    "coordinator_retries": self._coordinators.retries,
+                }
+                if self._txn is not None
+                else {}
+            ),
         }
 
     async def __aenter__(self) -> AsyncProducer:
@@ -304,13 +526,12 @@ class AsyncProducer:
         if self._closed:
             raise BrokerError(ErrorCode.INVALID_REQUEST, "send() after close()")
         self._raise_if_fatal()
-        if self.transactional_id is not None:
-            raise BrokerError(
-                ErrorCode.INVALID_TXN_STATE,
-                "transactional producers need init_transactions(), which arrives with the transactions work",
-            )
+        if self._txn is not None:
+            self._txn.check_send()
 
     def _raise_if_fatal(self) -> None:
+        if self._txn is not None and self._txn.fatal_error is not None:
+            raise self._txn.fatal_error
         if self._idem.fatal_error is not None:
             raise self._idem.fatal_error
         if self._internal_error is not None:
@@ -346,6 +567,8 @@ class AsyncProducer:
         num_partitions: int,
     ) -> bool:
         """Put one encoded record into its batch; True when a batch was created or filled."""
+        if self._txn is not None:
+            self._txn.check_send()  # the transaction may have ended since send() checked
         if partition is None:
             if kb is not None:
                 partition = partition_for_key(kb, num_partitions)
@@ -456,7 +679,10 @@ class AsyncProducer:
             self._wake.clear()
             now = loop.time()
             acc.expire(now)
-            if idem.state is ProducerIdState.UNINITIALIZED and self._init_task is None:
+            txn = self._txn
+            if txn is not None and txn.state in (TxnState.ABORTABLE_ERROR, TxnState.ABORTING) and acc.has_undrained():
+                acc.fail_undrained(TransactionAbortedError(f"{txn.transactional_id}: transaction is being aborted"))
+            if idem.state is ProducerIdState.UNINITIALIZED and self._init_task is None and txn is None:
                 self._init_task = loop.create_task(self._init_producer_id())
             elif acc.ready_to_bump():
                 bumped = idem.bump_epoch()
@@ -531,6 +757,7 @@ class AsyncProducer:
             tuple(ProducePartition(b.topic, b.partition, b.wire or b"") for b in batches),
             acks=self._acks,
             timeout_ms=self._request_timeout_ms,
+            transactional_id=self.transactional_id,
         )
         answers: dict[tuple[str, int], Any] = {}
         whole: BrokerError | None = None
@@ -548,6 +775,8 @@ class AsyncProducer:
             whole = BrokerError(ErrorCode.NETWORK_EXCEPTION, f"malformed produce answer from {url}: {exc!r}")
         finally:
             acc.request_finished()
+            if acc.outstanding_requests == 0:
+                self._requests_idle.set()
         if whole is None:
             for p in parts:
                 answers[(p.get("topic"), p.get("partition"))] = p

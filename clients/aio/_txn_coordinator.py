@@ -1,0 +1,154 @@
+"""Requests to the transaction and group coordinators, found and retried as Kafka's client does.
+
+A coordinator is the leader of one Raft group (``__transaction_state-p`` for
+a transactional id); ``GET /v1/coordinators/{kind}/{key}`` names it. Any node
+also proxies such a request to the coordinator, so while the lookup itself
+fails the request goes to any node. Retriable answers (CONCURRENT_TRANSACTIONS
+while the previous transaction's markers are written, NOT_COORDINATOR and
+COORDINATOR_LOAD_IN_PROGRESS around a leader change, transport errors) are
+retried with backoff until the caller's deadline; a lookup is repeated after
+every answer that says the coordinator moved.
+
+Event-loop only; no state besides the coordinator cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+from ..protocol import BrokerError, ErrorCode
+from ..records import OffsetAndMetadata, TopicPartition
+from ._metadata import MetadataCache
+from ._session import HttpSession
+
+__all__ = ["CoordinatorClient", "group_offsets_path", "offset_commit_entries", "transaction_path"]
+
+log = logging.getLogger("clients.producer")
+
+_MOVED = frozenset(
+    {
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.REQUEST_TIMED_OUT,
+    }
+)
+# The previous transaction's markers are still being written: they take milliseconds, so retry soon
+# (Kafka retries AddPartitions after CONCURRENT_TRANSACTIONS at 20 ms instead of retry.backoff.ms).
+_CONCURRENT_BACKOFF_S = 0.02
+_MAX_BACKOFF_S = 1.0
+
+
+class CoordinatorClient:
+    def __init__(
+        self,
+        session: HttpSession,
+        metadata: MetadataCache,
+        *,
+        request_timeout_s: float,
+        retry_backoff_s: float,
+        rewrite: Callable[[str], str] = lambda u: u,
+    ) -> None:
+        self._session = session
+        self._metadata = metadata
+        self._request_timeout_s = request_timeout_s
+        self._retry_backoff_s = retry_backoff_s
+        self._rewrite = rewrite
+        self._cache: dict[tuple[str, str], str] = {}
+        self._rng = random.Random()
+        self.retries = 0
+
+    async def _lookup(self, kind: str, key: str, deadline: float) -> str | None:
+        """The coordinator's URL, or None when no node could name it now (the caller then asks any node)."""
+        cached = self._cache.get((kind, key))
+        if cached is not None:
+            return cached
+        for url in dict.fromkeys(map(self._rewrite, self._metadata.urls())):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                body = await self._session.request_json(
+                    "GET", f"{url}/v1/coordinators/{kind}/{quote(key, safe='')}",
+                    timeout=min(left, self._request_timeout_s),
+                )  # fmt: skip
+            except BrokerError as exc:
+                log.debug("coordinator lookup for %s %r at %s: %s", kind, key, url, exc)
+                continue
+            found = body.get("url") if isinstance(body, dict) else None
+            if isinstance(found, str) and found:
+                coordinator = self._rewrite(found.rstrip("/"))
+                self._cache[(kind, key)] = coordinator
+                return coordinator
+        return None
+
+    def _any_node(self, attempt: int) -> str:
+        urls = list(dict.fromkeys(map(self._rewrite, self._metadata.urls())))
+        return urls[attempt % len(urls)]
+
+    async def call(self, kind: str, key: str, path: str, body: Any, deadline: float, what: str) -> Any:
+        """POST ``body`` to ``path`` on the coordinator of ``key``; retry retriable answers until ``deadline``.
+
+        Raises the last ``BrokerError`` when it is not retriable, or
+        ``REQUEST_TIMED_OUT`` (naming the last error) when the deadline
+        passes -- the request's effect is then unknown.
+        """
+        attempt = 0
+        last: BrokerError | None = None
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                cause = f": last error {last}" if last is not None else ""
+                raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, f"{what} did not finish in time{cause}")
+            url = await self._lookup(kind, key, deadline) or self._any_node(attempt)
+            try:
+                return await self._session.request_json(
+                    "POST", url + path, body, timeout=min(max(left, 0.001), self._request_timeout_s)
+                )
+            except BrokerError as exc:
+                if not exc.retriable:
+                    raise
+                last = exc
+                if exc.error_code in _MOVED:
+                    self._cache.pop((kind, key), None)
+                self.retries += 1
+                log.debug("%s: %s (retrying)", what, exc)
+            if last.error_code is ErrorCode.CONCURRENT_TRANSACTIONS:
+                pause = _CONCURRENT_BACKOFF_S * (1 + min(attempt, 10))
+            else:
+                pause = min(_MAX_BACKOFF_S, self._retry_backoff_s * 2 ** min(attempt, 4))
+            attempt += 1
+            pause *= 0.8 + 0.4 * self._rng.random()
+            await asyncio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+
+
+def transaction_path(transactional_id: str, action: str) -> str:
+    return f"/v1/transactions/{quote(transactional_id, safe='')}/{action}"
+
+
+def group_offsets_path(group_id: str) -> str:
+    return f"/v1/groups/{quote(group_id, safe='')}/offsets"
+
+
+def offset_commit_entries(offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> list[dict[str, Any]]:
+    """``{(topic, partition): offset | OffsetAndMetadata}`` as TxnOffsetCommit entries (checked here, not by a 400)."""
+    if not isinstance(offsets, Mapping) or not offsets:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "offsets must be a non-empty {(topic, partition): offset} mapping")
+    out = []
+    for tp, value in offsets.items():
+        try:
+            topic, partition = tp
+        except (TypeError, ValueError):
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"not a (topic, partition) pair: {tp!r}") from None
+        om = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
+        ok_tp = isinstance(topic, str) and isinstance(partition, int) and not isinstance(partition, bool)
+        if not ok_tp or isinstance(om.offset, bool) or not isinstance(om.offset, int) or om.offset < 0:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"bad offset entry {tp!r}: {value!r}")
+        out.append({"topic": topic, "partition": partition, "offset": om.offset, "metadata": om.metadata})
+    return out

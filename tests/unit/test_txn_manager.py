@@ -1,0 +1,401 @@
+"""The transactional producer's pure half: ``TransactionManager`` states, and the accumulator in transactional mode.
+
+No sockets, no threads, a fake clock. The rules are Kafka's client rules
+(kafka_txn.md §4.3 "client" columns, §8 KIP-890 TV2, §12): fenced -> fatal,
+a failed batch -> abortable, one identity per transaction, sequences restart
+at 0 with each EndTxn's identity, a commit is never turned into an abort.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clients.aio._accumulator import Outcome, RecordAccumulator
+from clients.aio._batch import record_size
+from clients.aio._idempotence import IdempotenceManager, ProducerIdState
+from clients.aio._transactions import (
+    VALID_PREVIOUS,
+    TransactionAbortedError,
+    TransactionManager,
+    TxnState,
+)
+from clients.aio._txn_coordinator import offset_commit_entries
+from clients.protocol import (
+    ATTR_TRANSACTIONAL,
+    BrokerError,
+    ErrorCode,
+    ProducePartition,
+    ProduceRequest,
+    encode_produce_request,
+    parse_batch,
+)
+from clients.records import OffsetAndMetadata
+from tests.unit.test_producer_accumulator import Sink, error, leader
+
+S = TxnState
+TID = "tx-unit"
+
+
+def make(*, batch_size: int = 1000, max_request_size: int = 1 << 20) -> tuple[TransactionManager, RecordAccumulator]:
+    idem = IdempotenceManager(enabled=False, transactional=True)
+    txn = TransactionManager(TID, idem)
+    acc = RecordAccumulator(
+        idem,
+        batch_size=batch_size,
+        linger_s=0.005,
+        max_in_flight=5,
+        delivery_timeout_s=120.0,
+        retry_backoff_s=0.1,
+        retries=2**31 - 1,
+        max_request_size=max_request_size,
+        rng=random.Random(1),
+        request_overhead=len(TID.encode()),
+    )
+    return txn, acc
+
+
+def ready(pid: int = 7, epoch: int = 0) -> tuple[TransactionManager, RecordAccumulator]:
+    txn, acc = make()
+    txn.begin_init()
+    txn.initialized(pid, epoch)
+    return txn, acc
+
+
+def put(acc: RecordAccumulator, partition: int, value: bytes = b"v", now: float = 0.0) -> Sink:
+    sink = Sink()
+    acc.append("t", partition, 1000, None, value, b"\x00\x00", record_size(None, value, b"\x00\x00"), sink, now)
+    return sink
+
+
+def send_all(acc: RecordAccumulator, now: float = 1.0) -> list:
+    out = [b for _, batches in acc.drain(now, leader) for b in batches]
+    for _ in out:
+        acc.request_finished()
+    return out
+
+
+# ---- the table --------------------------------------------------------------------------------------
+
+
+def test_transition_table_rejects_illegal_moves_naming_both_states():
+    txn, _ = make()
+    with pytest.raises(BrokerError, match="UNINITIALIZED -> COMMITTING") as ei:
+        txn.transition_to(S.COMMITTING)
+    assert ei.value.error_code is ErrorCode.INVALID_TXN_STATE
+    assert txn.state is S.UNINITIALIZED
+
+
+def test_every_state_can_become_fatal_and_fatal_is_absorbing():
+    assert all(s in VALID_PREVIOUS[S.FATAL_ERROR] for s in TxnState if s is not S.FATAL_ERROR)
+    assert all(S.FATAL_ERROR not in prev for target, prev in VALID_PREVIOUS.items() if target is not S.FATAL_ERROR)
+
+
+def test_transactional_producer_state_is_idempotent_and_never_bumps_locally():
+    txn, _ = ready()
+    assert txn.idem.enabled and txn.idem.transactional
+    txn.begin()
+    txn.idem.request_bump("unresolved sequence")  # KIP-360 bump of an idempotent producer...
+    assert txn.idem.state is ProducerIdState.READY  # ...is not for a transactional one: the txn is abortable
+    assert txn.state is S.ABORTABLE_ERROR
+    assert "unresolved sequence" in txn.abortable_error.message
+
+
+# ---- Kafka's client rules ------------------------------------------------------------------------------
+
+
+def test_send_and_begin_need_init_and_begin_first():
+    txn, _ = make()
+    for call in (txn.check_send, txn.begin, txn.check_offsets):
+        with pytest.raises(BrokerError, match="init_transactions") as ei:
+            call()
+        assert ei.value.error_code is ErrorCode.INVALID_TXN_STATE
+    txn.begin_init()
+    txn.initialized(7, 0)
+    with pytest.raises(BrokerError, match="begin_transaction"):
+        txn.check_send()
+    txn.begin()
+    txn.check_send()
+    with pytest.raises(BrokerError, match="already open"):
+        txn.begin()
+
+
+def test_batches_are_sequenced_only_while_a_transaction_sends():
+    txn, acc = ready()
+    put(acc, 0)
+    assert acc.drain(1.0, leader) == []  # READY: nothing is sequenced (records cannot even be appended by send())
+    txn.begin()
+    [b] = send_all(acc)
+    header = parse_batch(b.wire)
+    assert header.attributes & ATTR_TRANSACTIONAL
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 0, 0)
+    txn.begin_end(S.COMMITTING)
+    put(acc, 0, now=1.0)
+    assert send_all(acc, 2.0), "COMMITTING flushes the open transaction's batches"
+
+
+def test_request_size_counts_the_transactional_id():
+    # The accumulator's framing must equal the encoder's, or a full request exceeds max_request_size
+    txn, acc = make(batch_size=100_000)
+    txn.begin_init()
+    txn.initialized(1, 0)
+    txn.begin()
+    put(acc, 0, b"x" * 500)
+    [(_, [b])] = acc.drain(1.0, leader)
+    req = ProduceRequest((ProducePartition("t", 0, b.wire),), transactional_id=TID)
+    assert len(encode_produce_request(req)) == acc.request_framing + len(b.wire) + 10 + len(b"t")
+
+
+def test_failed_batch_makes_the_transaction_abortable_and_commit_raises():
+    txn, acc = ready()
+    txn.begin()
+    s_fail = put(acc, 0)
+    put(acc, 1)
+    b0, b1 = sorted(send_all(acc), key=lambda b: b.partition)
+    assert acc.handle_response(b0, -1, -1, error(ErrorCode.MESSAGE_TOO_LARGE), 1.0) is Outcome.FAILED
+    assert s_fail.error.error_code is ErrorCode.MESSAGE_TOO_LARGE
+    assert txn.state is S.ABORTABLE_ERROR
+    for call in (txn.check_send, txn.check_offsets, txn.raise_if_abortable, lambda: txn.begin_end(S.COMMITTING)):
+        with pytest.raises(BrokerError) as ei:
+            call()
+        assert ei.value.error_code is ErrorCode.TRANSACTION_ABORTABLE
+    assert acc.handle_response(b1, 5, -1, None, 1.0) is Outcome.ACKED  # an in-flight batch still completes
+    txn.begin_end(S.ABORTING)
+    assert txn.needs_end_txn()
+    txn.ended(7, 1, committed=False)
+    assert txn.state is S.READY
+    assert txn.idem.current.epoch == 1
+    txn.begin()
+    put(acc, 0, now=2.0)
+    [b] = send_all(acc, 3.0)
+    assert (b.producer_epoch, b.base_sequence) == (1, 0), "sequences restart at 0 with the next identity"
+
+
+def test_commit_failure_during_flush_moves_committing_to_abortable():
+    txn, acc = ready()
+    txn.begin()
+    put(acc, 0)
+    txn.begin_end(S.COMMITTING)
+    [b] = send_all(acc)
+    acc.handle_response(b, -1, -1, error(ErrorCode.INVALID_TXN_STATE), 1.0)
+    with pytest.raises(BrokerError) as ei:
+        txn.raise_if_abortable()
+    assert ei.value.error_code is ErrorCode.TRANSACTION_ABORTABLE
+
+
+def test_queued_batch_expiring_makes_the_transaction_abortable():
+    # An idempotent producer lets a never-sent batch expire without consequence; in a txn its records are lost
+    txn, acc = ready()
+    txn.begin()
+    s = put(acc, 0)  # never drained (no leader known, say)
+    assert acc.expire(200.0) == 1
+    assert s.error.error_code is ErrorCode.REQUEST_TIMED_OUT
+    assert txn.state is S.ABORTABLE_ERROR
+
+
+def test_abort_fails_undrained_batches_and_leaves_in_flight_ones_to_their_answer():
+    txn, acc = ready()
+    txn.begin()
+    s_flight = put(acc, 0)
+    [b_flight] = send_all(acc)
+    s_retry = put(acc, 1, now=1.0)
+    [b_retry] = send_all(acc, 2.0)
+    assert acc.handle_response(b_retry, -1, -1, error(ErrorCode.NOT_ENOUGH_REPLICAS), 2.0) is Outcome.RETRY
+    s_queued = put(acc, 2, now=2.0)
+    txn.begin_end(S.ABORTING)
+    assert acc.has_undrained()
+    assert acc.fail_undrained(TransactionAbortedError("aborted")) == 2
+    for s in (s_retry, s_queued):
+        assert isinstance(s.error, TransactionAbortedError)
+        assert s.error.error_code is ErrorCode.TRANSACTION_ABORTABLE
+    assert not s_flight.done() and not acc.has_undrained()
+    assert txn.state is S.ABORTING, "failures while aborting change nothing"
+    assert acc.drain(10.0, leader) == [], "ABORTING sends nothing new and resends nothing"
+    acc.handle_response(b_flight, 3, -1, None, 3.0)
+    assert s_flight.result.offset == 3
+
+
+def test_fencing_is_fatal_and_every_later_call_raises_producer_fenced():
+    txn, acc = ready()
+    txn.begin()
+    s = put(acc, 0)
+    [b] = send_all(acc)
+    assert acc.handle_response(b, -1, -1, error(ErrorCode.INVALID_PRODUCER_EPOCH), 1.0) is Outcome.FATAL
+    assert s.error.error_code is ErrorCode.INVALID_PRODUCER_EPOCH  # the record reports what the broker said
+    assert txn.state is S.FATAL_ERROR
+    calls = (txn.check_send, txn.begin, txn.check_offsets, txn.begin_init, lambda: txn.begin_end(S.ABORTING))
+    for call in calls:
+        with pytest.raises(BrokerError) as ei:
+            call()
+        assert ei.value.error_code is ErrorCode.PRODUCER_FENCED
+        assert ei.value.extra["cause"] == "INVALID_PRODUCER_EPOCH"
+
+
+def test_end_rejections_abortable_or_fatal():
+    txn, _ = ready()
+    txn.begin()
+    txn.begin_end(S.COMMITTING)
+    err = txn.end_rejected(error(ErrorCode.TRANSACTION_ABORTABLE))
+    assert err.error_code is ErrorCode.TRANSACTION_ABORTABLE and txn.state is S.ABORTABLE_ERROR
+    txn.begin_end(S.ABORTING)
+    err = txn.end_rejected(error(ErrorCode.PRODUCER_FENCED))
+    assert err.error_code is ErrorCode.PRODUCER_FENCED and txn.state is S.FATAL_ERROR
+
+
+def test_a_timed_out_commit_resumes_and_can_never_become_an_abort():
+    # kafka_txn.md §12 (KAFKA-17754): an ambiguous commit is retried, never turned into an abort
+    txn, _ = ready()
+    txn.begin()
+    txn.begin_end(S.COMMITTING)
+    txn.begin_end(S.COMMITTING)  # the retry after REQUEST_TIMED_OUT resumes
+    with pytest.raises(BrokerError, match="commit is under way") as ei:
+        txn.begin_end(S.ABORTING)
+    assert ei.value.error_code is ErrorCode.INVALID_TXN_STATE
+    assert txn.state is S.COMMITTING
+
+
+def test_empty_transaction_ends_locally():
+    txn, _ = ready()
+    txn.begin()
+    assert not txn.needs_end_txn()
+    txn.offset_groups.add("g")
+    assert txn.needs_end_txn(), "offsets alone put the coordinator in the transaction"
+
+
+def test_prepared_producer_may_only_be_reinitialised():
+    txn, _ = ready()
+    txn.begin()
+    txn.begin_end(S.PREPARING)
+    txn.prepared()
+    for call in (txn.check_send, txn.begin, lambda: txn.begin_end(S.COMMITTING), lambda: txn.begin_end(S.ABORTING)):
+        with pytest.raises(BrokerError, match="prepared") as ei:
+            call()
+        assert ei.value.error_code is ErrorCode.INVALID_TXN_STATE
+    txn.begin_init()
+    txn.initialized(7, 3)
+    assert txn.state is S.READY and txn.idem.current.epoch == 3
+
+
+def test_init_timeout_allows_a_second_init():
+    txn, _ = make()
+    txn.begin_init()
+    txn.init_failed()
+    assert txn.state is S.UNINITIALIZED
+    txn.begin_init()
+    assert txn.state is S.INITIALIZING
+
+
+def test_offset_entries_accept_ints_and_offset_and_metadata_and_reject_garbage():
+    assert offset_commit_entries({("in", 0): 42, ("in", 1): OffsetAndMetadata(7, "m")}) == [
+        {"topic": "in", "partition": 0, "offset": 42, "metadata": ""},
+        {"topic": "in", "partition": 1, "offset": 7, "metadata": "m"},
+    ]
+    for bad in ({}, {("in", 0): -1}, {("in", "0"): 1}, {"in": 1}, {("in", 0): True}, [("in", 0)]):
+        with pytest.raises(BrokerError) as ei:
+            offset_commit_entries(bad)  # type: ignore[arg-type]
+        assert ei.value.error_code is ErrorCode.INVALID_REQUEST
+
+
+# ---- the state machine against a model --------------------------------------------------------------
+
+OPS = ("init", "init_fail", "initialized", "begin", "send", "commit", "abort", "prepare", "prepared",
+       "ended", "batch_failed", "offsets", "fenced")  # fmt: skip
+
+
+@given(st.data())
+@settings(max_examples=300, deadline=None)
+def test_random_calls_follow_the_model(data):
+    """Every call either follows the model's transition or raises without changing anything.
+
+    Each step draws from every op plus (three times over) the ops the model
+    allows, so runs get deep into the table instead of dying in the first states.
+    """
+    txn, _ = make()
+    model = S.UNINITIALIZED
+    for _ in range(data.draw(st.integers(1, 60), label="steps")):
+        allowed = [op for op in OPS if op != "fenced" and _model_step(model, op) not in (None, model)]
+        op = data.draw(st.sampled_from(list(OPS) + allowed * 3), label="op")
+        before = txn.state
+        expected = _model_step(model, op)
+        raised: BrokerError | None = None
+        try:
+            _apply(txn, op)
+        except BrokerError as exc:
+            raised = exc
+        if raised is not None:
+            assert expected is None, (op, model, raised)
+            assert txn.state is before, f"{op} raised but changed {before} -> {txn.state}"
+            if model is S.FATAL_ERROR and op in ("init", "begin", "send", "offsets", "commit", "abort", "prepare"):
+                assert raised.error_code is ErrorCode.PRODUCER_FENCED
+            continue
+        assert expected is not None, (op, model, txn.state)
+        model = expected
+        assert txn.state is model, (op, txn.state, model)
+        assert txn.idem.sending_allowed == (model in (S.IN_TRANSACTION, S.COMMITTING, S.PREPARING))
+
+
+def _apply(txn: TransactionManager, op: str) -> None:
+    if op == "init":
+        txn.begin_init()
+    elif op == "init_fail":
+        if txn.state is not S.INITIALIZING:
+            raise BrokerError(ErrorCode.INVALID_TXN_STATE, "test: only while initializing")
+        txn.init_failed()
+    elif op == "initialized":
+        if txn.state is not S.INITIALIZING:
+            raise BrokerError(ErrorCode.INVALID_TXN_STATE, "test: only while initializing")
+        txn.initialized(1, 0)
+    elif op == "begin":
+        txn.begin()
+    elif op == "send":
+        txn.check_send()
+    elif op == "offsets":
+        txn.check_offsets()
+    elif op in ("commit", "abort", "prepare"):
+        txn.begin_end({"commit": S.COMMITTING, "abort": S.ABORTING, "prepare": S.PREPARING}[op])
+    elif op == "prepared":
+        if txn.state is not S.PREPARING:
+            raise BrokerError(ErrorCode.INVALID_TXN_STATE, "test: only while preparing")
+        txn.prepared()
+    elif op == "ended":
+        if txn.state not in (S.COMMITTING, S.ABORTING):
+            raise BrokerError(ErrorCode.INVALID_TXN_STATE, "test: only while ending")
+        txn.ended(1, txn.idem.current.epoch + 1, committed=txn.state is S.COMMITTING)
+    elif op == "batch_failed":
+        txn.idem.batch_failed(error(ErrorCode.CORRUPT_MESSAGE))
+    elif op == "fenced":
+        txn.fail(error(ErrorCode.PRODUCER_FENCED))
+
+
+def _model_step(state: TxnState, op: str) -> TxnState | None:
+    """Kafka's client table restated; None = the call raises."""
+    if state is S.FATAL_ERROR:
+        return S.FATAL_ERROR if op in ("batch_failed", "fenced") else None
+    if op == "fenced":
+        return S.FATAL_ERROR
+    if op == "batch_failed":
+        return S.ABORTABLE_ERROR if state in (S.IN_TRANSACTION, S.COMMITTING, S.PREPARING) else state
+    table: dict[tuple[TxnState, str], TxnState] = {
+        (S.UNINITIALIZED, "init"): S.INITIALIZING,
+        (S.PREPARED, "init"): S.INITIALIZING,
+        (S.INITIALIZING, "init_fail"): S.UNINITIALIZED,
+        (S.INITIALIZING, "initialized"): S.READY,
+        (S.READY, "begin"): S.IN_TRANSACTION,
+        (S.IN_TRANSACTION, "send"): S.IN_TRANSACTION,
+        (S.IN_TRANSACTION, "offsets"): S.IN_TRANSACTION,
+        (S.IN_TRANSACTION, "commit"): S.COMMITTING,
+        (S.COMMITTING, "commit"): S.COMMITTING,
+        (S.IN_TRANSACTION, "abort"): S.ABORTING,
+        (S.ABORTABLE_ERROR, "abort"): S.ABORTING,
+        (S.PREPARING, "abort"): S.ABORTING,
+        (S.ABORTING, "abort"): S.ABORTING,
+        (S.IN_TRANSACTION, "prepare"): S.PREPARING,
+        (S.PREPARING, "prepare"): S.PREPARING,
+        (S.PREPARING, "prepared"): S.PREPARED,
+        (S.COMMITTING, "ended"): S.READY,
+        (S.ABORTING, "ended"): S.READY,
+    }
+    return table.get((state, op))
