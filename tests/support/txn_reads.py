@@ -1,0 +1,68 @@
+"""Read a partition back the two ways a read_committed reader can (kafka_txn.md §7.4), for transaction tests.
+
+* ``http_read``: the server-filtered JSON fetch (``GET .../records``), paged
+  with ``next_offset`` up to the last stable offset (read_committed) or the
+  high watermark (read_uncommitted).
+* ``consume_all``: ``clients.Consumer`` with ``isolation_level``, which fetches
+  batches and filters aborted transactions itself (seed 000's algorithm).
+
+Both return ``(offset, value)`` lists in offset order.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from clients import Consumer
+from clients.records import TopicPartition
+
+from .cluster import LocalCluster, http
+
+
+def fetch_page(url: str, topic: str, partition: int, offset: int, isolation: str) -> dict[str, Any]:
+    path = f"/v1/topics/{topic}/partitions/{partition}/records?offset={offset}&isolation={isolation}&max_bytes=1048576"
+    status, body = http("GET", url + path, timeout=10)
+    assert status == 200, (path, status, body)
+    return dict(body)
+
+
+def http_read(url: str, topic: str, partition: int, isolation: str = "read_committed") -> list[tuple[int, bytes]]:
+    """Every record the server returns to ``isolation`` from offset 0, asking the node at ``url``."""
+    out: list[tuple[int, bytes]] = []
+    offset = 0
+    for _ in range(100_000):
+        body = fetch_page(url, topic, partition, offset, isolation)
+        out.extend((r["offset"], base64.b64decode(r["value"])) for r in body["records"])
+        end = body["last_stable_offset"] if isolation == "read_committed" else body["high_watermark"]
+        nxt = int(body["next_offset"])
+        if nxt >= end or (nxt <= offset and not body["records"]):
+            return out
+        offset = nxt
+    raise AssertionError(f"{topic}-{partition}: fetch never reached the end")
+
+
+def leader_url(c: LocalCluster, topic: str, partition: int) -> str:
+    leader = c.leader(topic, partition)
+    assert leader is not None, f"no leader for {topic}-{partition}"
+    return c.url(leader)
+
+
+def consume_all(
+    urls: Sequence[str], tps: Sequence[TopicPartition], isolation: str, timeout: float = 30.0
+) -> dict[TopicPartition, list[tuple[int, bytes]]]:
+    """Poll a fresh Consumer from the beginning until each partition's position reaches its end offset
+    (the last stable offset under read_committed), as of the start."""
+    out: dict[TopicPartition, list[tuple[int, bytes]]] = {tp: [] for tp in tps}
+    with Consumer(list(urls), isolation_level=isolation, auto_offset_reset="earliest") as c:
+        c.assign(list(tps))
+        ends = c.end_offsets(list(tps))
+        deadline = time.monotonic() + timeout
+        while any(c.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, f"consumer stuck below {ends}: {[c.position(tp) for tp in tps]}"
+            for r in c.poll(timeout_ms=200):
+                assert r.value is not None
+                out[r.topic_partition].append((r.offset, r.value))
+    return out
