@@ -219,31 +219,62 @@ def test_bad_transaction_requests_get_4xx_and_change_nothing(make_cluster):
     ident = {"producer_id": w.pid, "producer_epoch": w.epoch}
     cases: list[tuple[str, str, Any, str]] = [
         ("POST", "/v1/producers/init", {"transactional_id": "", "transaction_timeout_ms": 1000}, "INVALID_REQUEST"),
-        ("POST", "/v1/producers/init", {"transactional_id": "x", "transaction_timeout_ms": 10**9},
-         "INVALID_TRANSACTION_TIMEOUT"),  # fmt: skip
+        (
+            "POST",
+            "/v1/producers/init",
+            {"transactional_id": "x", "transaction_timeout_ms": 10**9},
+            "INVALID_TRANSACTION_TIMEOUT",
+        ),
         ("POST", "/v1/producers/init", {"transactional_id": 7}, "INVALID_REQUEST"),
         ("POST", "/v1/transactions/tx-good/end", {**ident}, "INVALID_REQUEST"),
         ("POST", "/v1/transactions/tx-good/end", {**ident, "commit": "yes"}, "INVALID_REQUEST"),
         ("POST", "/v1/transactions/tx-good/end", {"producer_id": w.pid, "commit": True}, "INVALID_REQUEST"),
         ("POST", "/v1/transactions/tx-good/end", {**ident, "producer_epoch": -5, "commit": True}, "INVALID_REQUEST"),
-        ("POST", "/v1/transactions/tx-good/end", {"producer_id": w.pid + 999, "producer_epoch": 0, "commit": True},
-         "INVALID_PRODUCER_ID_MAPPING"),  # fmt: skip
+        (
+            "POST",
+            "/v1/transactions/tx-good/end",
+            {"producer_id": w.pid + 999, "producer_epoch": 0, "commit": True},
+            "INVALID_PRODUCER_ID_MAPPING",
+        ),
         ("POST", "/v1/transactions/nobody/end", {**ident, "commit": True}, "INVALID_PRODUCER_ID_MAPPING"),
         ("POST", "/v1/transactions/tx-good/partitions", {**ident, "partitions": "bad-0"}, "INVALID_REQUEST"),
-        ("POST", "/v1/transactions/tx-good/partitions", {**ident, "partitions": [{"topic": "nope", "partition": 0}]},
-         "UNKNOWN_TOPIC_OR_PARTITION"),  # fmt: skip
-        ("POST", "/v1/transactions/tx-good/partitions", {**ident, "partitions": [{"topic": "bad", "partition": 9}]},
-         "UNKNOWN_TOPIC_OR_PARTITION"),  # fmt: skip
+        (
+            "POST",
+            "/v1/transactions/tx-good/partitions",
+            {**ident, "partitions": [{"topic": "nope", "partition": 0}]},
+            "UNKNOWN_TOPIC_OR_PARTITION",
+        ),
+        (
+            "POST",
+            "/v1/transactions/tx-good/partitions",
+            {**ident, "partitions": [{"topic": "bad", "partition": 9}]},
+            "UNKNOWN_TOPIC_OR_PARTITION",
+        ),
         ("POST", "/v1/transactions/tx-good/prepare", {"producer_id": "1", "producer_epoch": 0}, "INVALID_REQUEST"),
         ("GET", "/v1/transactions/never-seen", None, "TRANSACTIONAL_ID_NOT_FOUND"),
         ("GET", "/v1/transactions?state=Sleeping", None, "INVALID_REQUEST"),
         ("POST", "/v1/transaction-groups/g/end", {"commit": True, "members": []}, "INVALID_REQUEST"),
-        ("POST", "/v1/transaction-groups/g/end", {"commit": True, "members": [{"transactional_id": "x"}]},
-         "INVALID_REQUEST"),  # fmt: skip
+        (
+            "POST",
+            "/v1/transaction-groups/g/end",
+            {"commit": True, "members": [{"transactional_id": "x"}]},
+            "INVALID_REQUEST",
+        ),
         ("POST", "/v1/transactions-by-prefix/abort", {"prefix": ""}, "INVALID_REQUEST"),
-        ("POST", "/v1/internal/txn/marker", {"topic": "bad", "partition": 0, "producer_id": w.pid,
-         "producer_epoch": 9, "coordinator_epoch": 99, "control_type": "COMMIT"}, "CLUSTER_AUTHORIZATION_FAILED"),
-    ]  # fmt: skip
+        (
+            "POST",
+            "/v1/internal/txn/marker",
+            {
+                "topic": "bad",
+                "partition": 0,
+                "producer_id": w.pid,
+                "producer_epoch": 9,
+                "coordinator_epoch": 99,
+                "control_type": "COMMIT",
+            },
+            "CLUSTER_AUTHORIZATION_FAILED",
+        ),
+    ]
     for method, path, body, code in cases:
         for via in (1, 2, 3):
             status, res = http(method, c.url(via) + path, body)
@@ -271,8 +302,11 @@ def test_txn_cli_lists_describes_and_aborts_a_hanging_transaction(make_cluster):
     def cli(*args: str) -> str:
         out = subprocess.run(
             [sys.executable, "-m", "cluster", *args, "--bootstrap", c.url(2)],
-            capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         return out.stdout
 
     assert "tx-hanging" in cli("txn", "list", "--state", "Ongoing")
