@@ -22,6 +22,7 @@ from clients.protocol import BrokerError, ControlType, ErrorCode
 from coordinator.group_assignors import ASSIGNORS, DEFAULT_PROTOCOL
 from coordinator.group_commands import OffsetCommit
 from coordinator.group_metadata import NO_GENERATION
+from coordinator.metadata import TopicPartition
 
 from . import parsing
 from .group_service import answer_json
@@ -59,6 +60,22 @@ def _offsets(body: dict[str, Any]) -> tuple[OffsetCommit, ...]:
             raise BrokerError(ErrorCode.INVALID_REQUEST, f"{topic}-{partition} appears twice in offsets")
         out[(topic, partition)] = OffsetCommit(topic, partition, offset, metadata)
     return tuple(out.values())
+
+
+def _partitions_query(raw: str | None) -> set[TopicPartition] | None:
+    """``topic:partition,...`` (topic names cannot hold ':')."""
+    if not raw:
+        return None
+    out = set()
+    for item in raw.split(","):
+        topic, sep, partition = item.rpartition(":")
+        if not sep:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "partitions is a list of topic:partition")
+        out.add(TopicPartition(validate_topic_name(topic),
+                               parsing.parse_decimal(partition, "partition", lo=0, hi=parsing.INT32_MAX)))  # fmt: skip
+        if len(out) > _MAX_OFFSETS:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"more than {_MAX_OFFSETS} partitions")
+    return out
 
 
 def _query_bool(request: web.Request, key: str) -> bool:
@@ -178,9 +195,11 @@ class GroupRoutes:
         require_stable = _query_bool(request, "require_stable")
         raw_topics = request.query.get("topics")
         topics = {validate_topic_name(t) for t in raw_topics.split(",") if t} if raw_topics else None
+        partitions = _partitions_query(request.query.get("partitions"))
 
         async def call() -> dict[str, Any]:
-            return {"group_id": group, "offsets": self.svc.fetch_offsets(group, topics, require_stable=require_stable)}
+            offsets = self.svc.fetch_offsets(group, topics, partitions=partitions, require_stable=require_stable)
+            return {"group_id": group, "offsets": offsets}
 
         return await self._routed(request, b"", call)
 

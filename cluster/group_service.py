@@ -441,10 +441,16 @@ class GroupService:
         return result
 
     def fetch_offsets(
-        self, group_id: str, topics: Collection[str] | None = None, *, require_stable: bool = False
+        self,
+        group_id: str,
+        topics: Collection[str] | None = None,
+        *,
+        partitions: Collection[TopicPartition] | None = None,
+        require_stable: bool = False,
     ) -> list[dict[str, Any]]:
         part = self.leading(group_id)
-        return [_offset_json(c) for c in part.sm.fetch_offsets(group_id, topics, require_stable=require_stable)]
+        found = part.sm.fetch_offsets(group_id, topics, partitions=partitions, require_stable=require_stable)
+        return [_offset_json(c) for c in found]
 
     async def add_offsets_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                  group_id: str) -> int:  # fmt: skip

@@ -26,9 +26,9 @@ Values are immutable; each encodes to a checksummed, versioned JSON record
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from coordinator.codec import decode_record, encode_record, get_int, get_opt_int, get_opt_str, get_str
 from coordinator.errors import CommandDecodeError, CoordinatorCorruptionError
@@ -62,6 +62,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 #: ``generation_id`` of a commit that does not come from a group member (Kafka's ``UNKNOWN_GENERATION_ID``).
 NO_GENERATION = -1
 _VERSION = 1
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +195,7 @@ def counts_from_json(raw: Any) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
-def _decoded(where: str, what: str, build: Any, raw: bytes) -> Any:
+def _decoded(where: str, what: str, build: Callable[[dict[str, Any]], _T], raw: bytes) -> _T:
     d = decode_record(raw, version=_VERSION, where=where)
     try:
         return build(d)
@@ -235,8 +236,7 @@ def decode_group(raw: bytes, *, where: str) -> GroupMetadata:
             updated_ms=get_int(d, "updated"),
         )
 
-    result: GroupMetadata = _decoded(where, "group metadata", build, raw)
-    return result
+    return _decoded(where, "group metadata", build, raw)
 
 
 def _committed_body(c: CommittedOffset) -> dict[str, Any]:
@@ -272,8 +272,7 @@ def decode_committed(raw: bytes, *, where: str) -> CommittedOffset:
     def build(d: dict[str, Any]) -> CommittedOffset:
         return _committed_from(d, get_str(d, "group"), get_str(d, "topic"), get_int(d, "partition"))
 
-    result: CommittedOffset = _decoded(where, "committed offset", build, raw)
-    return result
+    return _decoded(where, "committed offset", build, raw)
 
 
 def encode_pending(p: PendingOffsets) -> bytes:
@@ -303,8 +302,7 @@ def decode_pending(raw: bytes, *, where: str) -> PendingOffsets:
             offsets[TopicPartition(topic, partition)] = _committed_from(item[2], group, topic, partition)
         return PendingOffsets(group, get_int(d, "pid"), get_int(d, "epoch"), get_str(d, "tid"), offsets)
 
-    result: PendingOffsets = _decoded(where, "pending offsets", build, raw)
-    return result
+    return _decoded(where, "pending offsets", build, raw)
 
 
 def encode_producer(f: ProducerFence) -> bytes:
@@ -326,5 +324,4 @@ def decode_producer(raw: bytes, *, where: str) -> ProducerFence:
             get_int(d, "pid"), get_int(d, "epoch"), get_int(d, "cepoch"), get_opt_int(d, "open"), get_int(d, "updated")
         )
 
-    result: ProducerFence = _decoded(where, "producer fence", build, raw)
-    return result
+    return _decoded(where, "producer fence", build, raw)

@@ -55,6 +55,7 @@ from coordinator.group_metadata import (
     ProducerFence,
 )
 from coordinator.metadata import TopicPartition
+from storage.producer_state import ProducerAppendInfo, ProducerStateEntry
 
 __all__ = [
     "GroupStored",
@@ -194,25 +195,18 @@ def txn_commit_offsets(view: OffsetsView, cmd: TxnCommitOffsets, index: int) -> 
 
 
 def marker_error(fence: ProducerFence | None, producer_epoch: int, txn_coordinator_epoch: int) -> BrokerError | None:
-    """The error for a COMMIT/ABORT marker of this producer (module docstring), or None."""
+    """The error for a COMMIT/ABORT marker of this producer, or None: a data partition's marker rule
+    (``storage.producer_state``), with "a transaction is open" meaning "offsets are pending"."""
     if fence is None:
         return None
-    pid = fence.producer_id
-    if txn_coordinator_epoch < fence.coordinator_epoch:
-        return BrokerError(
-            ErrorCode.TRANSACTION_COORDINATOR_FENCED,
-            f"producer {pid}: marker from coordinator epoch {txn_coordinator_epoch}, "
-            f"but epoch {fence.coordinator_epoch} was already seen",
-        )
-    if producer_epoch < fence.producer_epoch or (
-        producer_epoch == fence.producer_epoch and fence.open_epoch is not None
-    ):
-        return BrokerError(
-            ErrorCode.INVALID_PRODUCER_EPOCH,
-            f"producer {pid}: marker epoch {producer_epoch} does not end a transaction of epoch "
-            f"{fence.open_epoch if fence.open_epoch is not None else fence.producer_epoch}",
-        )
-    return None
+    entry = ProducerStateEntry(
+        fence.producer_id,
+        fence.producer_epoch,
+        coordinator_epoch=fence.coordinator_epoch,
+        current_txn_first_offset=None if fence.open_epoch is None else 0,
+    )
+    info = ProducerAppendInfo(fence.producer_id, entry, state_may_be_lost=False)
+    return info.validate_marker(producer_epoch, txn_coordinator_epoch)
 
 
 def write_txn_marker(view: OffsetsView, cmd: WriteTxnMarker, index: int) -> GroupsChange:

@@ -455,20 +455,29 @@ class GroupStateMachine:
             return sorted(self._state.producers(), key=lambda f: f.producer_id)
 
     def fetch_offsets(
-        self, group_id: str, topics: Collection[str] | None = None, *, require_stable: bool = False
+        self,
+        group_id: str,
+        topics: Collection[str] | None = None,
+        *,
+        partitions: Collection[TopicPartition] | None = None,
+        require_stable: bool = False,
     ) -> list[CommittedOffset]:
-        """OffsetFetch: the committed offsets of ``group_id`` (of ``topics`` only, if given), by partition.
+        """OffsetFetch: the committed offsets of ``group_id``, by partition.
 
-        With ``require_stable`` (KIP-447) raises ``UNSTABLE_OFFSET_COMMIT`` while a
+        Only those of ``topics`` and of ``partitions`` when either is given. With
+        ``require_stable`` (KIP-447) raises ``UNSTABLE_OFFSET_COMMIT`` while a
         transactional offset is pending for any requested partition: the new owner
         of a partition must not start from an offset a commit is about to replace.
         """
         with self._lock:
             committed = list(self._state.committed_map.get(group_id, {}).values())
             pending = list(self._state.pending_map.get(group_id, {}).values())
+        everything = topics is None and partitions is None
 
         def wanted(tp: TopicPartition) -> bool:
-            return topics is None or tp.topic in topics
+            return everything or (topics is not None and tp.topic in topics) or (
+                partitions is not None and tp in partitions
+            )
 
         if require_stable:
             unstable = sorted({tp for p in pending for tp in p.offsets if wanted(tp)})

@@ -218,6 +218,10 @@ def test_transactional_offsets_appear_only_when_their_transaction_commits(cluste
     assert status == 200 and res["offsets"] == []  # pending: not visible
     status, res = offsets_of(c, group, stable=True)
     assert status == 503 and res["error_code"] == "UNSTABLE_OFFSET_COMMIT" and res["retriable"], res
+    assert res["partitions"] == [{"topic": TOPIC, "partition": 1}]
+    # the owner of another partition is not held up by it
+    status, res = http("GET", c.url(2) + f"/v1/groups/{group}/offsets?require_stable=true&partitions={TOPIC}:3")
+    assert status == 200 and res["offsets"] == [], res
     w.end(commit=False)
     status, res = offsets_of(c, group, stable=True)
     assert status == 200 and res["offsets"] == []  # the abort dropped them
@@ -241,6 +245,32 @@ def coordinator_partition_of(c: LocalCluster, group: str) -> int:
     return int(res["partition"])
 
 
+def test_metrics_show_members_committed_offsets_and_lag(cluster: LocalCluster) -> None:
+    c = cluster
+    group = "g-metrics"
+    coord = coordinator(c, group)
+    a = Member(c, group, via=coord)
+    a.join()
+    status, res = http("POST", c.url(1) + f"/v1/topics/{TOPIC}/records",
+                       {"records": [{"value": "eA==", "partition": 3}] * 5})  # fmt: skip
+    assert status == 200, res
+    assert a.commit({3: 2})[0] == 200
+
+    def scraped() -> str | None:
+        status, body = http("GET", c.url(coord) + "/metrics")
+        text = body.decode() if isinstance(body, bytes) else str(body)
+        lines = set(text.splitlines())
+        want = {
+            f'txbroker_consumer_group_members{{group="{group}"}} 1.0',
+            f'txbroker_consumer_group_committed_offset{{group="{group}",partition="3",topic="{TOPIC}"}} 2.0',
+            f'txbroker_consumer_group_rebalances_total{{group="{group}"}} 1.0',
+        }
+        lag = [ln for ln in lines if ln.startswith(f'txbroker_consumer_group_lag_records{{group="{group}"')]
+        return text if status == 200 and want <= lines and lag and float(lag[0].split()[-1]) >= 3 else None
+
+    wait_for(scraped, 30, "group gauges on the coordinator's /metrics")
+
+
 def test_bad_group_requests_get_4xx_and_change_nothing(cluster: LocalCluster) -> None:
     c = cluster
     url = c.url(1) + "/v1/groups/g-bad"
@@ -259,6 +289,8 @@ def test_bad_group_requests_get_4xx_and_change_nothing(cluster: LocalCluster) ->
         ("POST", "/offsets", {"offsets": [{"topic": "in", "partition": 0, "offset": 1}], "producer_id": 1},
          "INVALID_REQUEST"),
         ("GET", "/offsets?require_stable=maybe", None, "INVALID_REQUEST"),
+        ("GET", "/offsets?partitions=in", None, "INVALID_REQUEST"),
+        ("GET", "/offsets?partitions=in:x", None, "INVALID_REQUEST"),
     ]
     for method, suffix, body, code in cases:
         status, res = http(method, url + suffix, body)
@@ -296,6 +328,7 @@ def test_new_coordinator_serves_offsets_and_generation_after_sigkill(make_cluste
     assert a.heartbeat() == (200, {})  # the generation it holds is still the group's
     assert [(o["partition"], o["offset"]) for o in offsets_of(c, group, via=new)[1]["offsets"]] == [(0, 42)]
     assert offsets_of(c, group, via=new, stable=True)[0] == 503  # the transactional offset is still pending
-    w.end(commit=True)
+    call(c, "POST", f"/v1/transactions/{w.tid}/end", {"producer_id": w.pid, "producer_epoch": w.epoch, "commit": True},
+         via=survivors[0])  # fmt: skip
     status, res = offsets_of(c, group, via=new, stable=True)
     assert status == 200 and [(o["partition"], o["offset"]) for o in res["offsets"]] == [(0, 42), (1, 7)], res

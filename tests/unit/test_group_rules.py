@@ -26,6 +26,7 @@ from coordinator.group_commands import (
 from coordinator.group_metadata import MemberMetadata
 from coordinator.group_rules import GroupStored, MarkerApplied, OffsetsCommitted, validate_member
 from coordinator.group_state_machine import GroupStateMachine
+from coordinator.metadata import TopicPartition
 from storage.store import NodeStore
 
 PREFIX = b"O\x00\x00\x00\x01"
@@ -122,7 +123,10 @@ def test_transactional_offsets_are_pending_until_commit_and_dropped_on_abort(sto
     with pytest.raises(BrokerError) as exc:
         o.visible("g", stable=True)
     assert exc.value.error_code is ErrorCode.UNSTABLE_OFFSET_COMMIT and exc.value.retriable
-    assert o.sm.fetch_offsets("g", ["other"], require_stable=True) == []  # only requested topics count
+    assert o.sm.fetch_offsets("g", ["other"], require_stable=True) == []  # only requested partitions count
+    assert o.sm.fetch_offsets("g", partitions=[TopicPartition("t", 2)], require_stable=True) == []
+    with pytest.raises(BrokerError, match="UNSTABLE_OFFSET_COMMIT"):
+        o.sm.fetch_offsets("g", partitions=[TopicPartition("t", 1)], require_stable=True)
     assert o.marker(7, 1, commit=False) == MarkerApplied(7, False, ("g",), 2)
     assert o.visible("g", stable=True) == {}
     assert o.txn_commit("g", 7, 1, {0: 20}) == OffsetsCommitted("g", 1, pending=True)
