@@ -206,15 +206,14 @@ def test_assignment_and_bad_arguments_raise_broker_errors(cluster, big_topic):
     assert e.value.error_code is ErrorCode.INVALID_REQUEST
 
 
-def test_group_operations_raise_a_clear_error_without_group_support(cluster):
-    with Consumer(cluster.urls, group_id="g") as consumer:
+def test_group_operations_need_a_group_id(cluster):
+    # Consumer groups themselves are tested in test_consumer_groups.py.
+    with Consumer(cluster.urls) as consumer:
         for call in (lambda: consumer.subscribe(["big"]), consumer.commit, lambda: consumer.committed(("big", 0))):
             with pytest.raises(BrokerError) as e:
                 call()
             assert e.value.error_code is ErrorCode.INVALID_REQUEST
-            assert "group" in e.value.message
-    with pytest.raises(BrokerError):
-        Consumer(cluster.urls, group_id="g", enable_auto_commit=True)
+            assert "group_id" in e.value.message
 
 
 def test_closed_consumer_refuses_calls(cluster):
