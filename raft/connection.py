@@ -58,6 +58,8 @@ HANDSHAKE_TIMEOUT_S = 5.0
 ACCEPT_MESSAGE = b"TXRB accept v2"
 _LEN = struct.Struct("<I")
 _COMPACT_AT = 1 << 20
+_MIN_FREE = 64 << 10
+_SHRINK_ABOVE = 4 << 20
 _WOULD_BLOCK = (errno.EAGAIN, errno.EWOULDBLOCK)
 PICKLE_PROTOCOL = 4
 
@@ -72,60 +74,86 @@ def encode_preamble(group_id: str, nonce: bytes) -> bytes:
 
 
 class FrameBuffer:
-    """Incoming byte stream -> raw prefix bytes and complete frames, with an amortised O(n) buffer."""
+    """Incoming byte stream -> raw prefix bytes and complete frames.
 
-    __slots__ = ("_buf", "_pos", "max_frame")
+    One ``bytearray`` received into in place (``recv_into``): a frame is
+    handed out as a ``memoryview`` of it, so the bytes are copied once by the
+    kernel and once by decryption, nowhere else. A view returned by
+    ``next_frame`` must be released before the next ``writable``/``feed``
+    (the buffer may move or grow then). Consumed space is reused by moving
+    the unread tail to the front; an idle buffer above ``_SHRINK_ABOVE``
+    bytes is shrunk back.
+    """
+
+    __slots__ = ("_buf", "_end", "_start", "max_frame")
 
     def __init__(self, max_frame: int = MAX_FRAME_BYTES) -> None:
-        self._buf = bytearray()
-        self._pos = 0
+        self._buf = bytearray(_MIN_FREE)
+        self._start = 0
+        self._end = 0
         self.max_frame = max_frame
 
-    def feed(self, data: bytes) -> None:
-        self._buf += data
-
     def __len__(self) -> int:
-        return len(self._buf) - self._pos
+        return self._end - self._start
+
+    def writable(self, min_free: int = _MIN_FREE) -> memoryview:
+        """A view of the free space (at least ``min_free`` bytes) to receive into; then ``advance``."""
+        buf, start, end = self._buf, self._start, self._end
+        if len(buf) - end < min_free:
+            if start:
+                buf[: end - start] = buf[start:end]
+                end -= start
+                start = 0
+            if len(buf) - end < min_free:
+                buf.extend(bytes(max(min_free - (len(buf) - end), len(buf))))
+            self._start, self._end = start, end
+        return memoryview(buf)[end:]
+
+    def advance(self, n: int) -> None:
+        self._end += n
+
+    def feed(self, data: bytes) -> None:
+        with self.writable(len(data)) as view:
+            view[: len(data)] = data
+        self.advance(len(data))
 
     def take(self, n: int) -> bytes | None:
         """The next ``n`` raw bytes, or None if fewer are buffered."""
         if len(self) < n:
             return None
-        return self._consume(self._pos, self._pos + n)
+        start = self._start
+        data = bytes(self._buf[start : start + n])
+        self._consumed(start + n)
+        return data
 
-    def next_frame(self) -> bytes | None:
-        """The next complete frame body (without its length header), or None if incomplete.
+    def next_frame(self) -> memoryview | None:
+        """A view of the next complete frame body (without its length header), or None if incomplete.
 
         Raises ValueError if the announced length exceeds ``max_frame``.
         """
-        buf, pos = self._buf, self._pos
-        if len(buf) - pos < _LEN.size:
+        buf, pos = self._buf, self._start
+        if self._end - pos < _LEN.size:
             return None
         (length,) = _LEN.unpack_from(buf, pos)
         if length > self.max_frame:
             raise ValueError(f"frame of {length} bytes exceeds limit {self.max_frame}")
         end = pos + _LEN.size + length
-        if len(buf) < end:
+        if self._end < end:
             return None
-        return self._consume(pos + _LEN.size, end)
+        self._consumed(end)
+        return memoryview(buf)[pos + _LEN.size : end]
 
-    def _consume(self, start: int, end: int) -> bytes:
-        buf = self._buf
-        with memoryview(buf) as view:
-            data = bytes(view[start:end])
-        if end == len(buf):
-            buf.clear()
-            self._pos = 0
+    def _consumed(self, upto: int) -> None:
+        if upto == self._end:  # empty: start over at the front (the data stays valid until the next write)
+            self._start = self._end = 0
+            if len(self._buf) > _SHRINK_ABOVE:
+                self._buf = bytearray(_MIN_FREE)
         else:
-            self._pos = end
-            if end >= _COMPACT_AT and end * 2 >= len(buf):
-                del buf[:end]
-                self._pos = 0
-        return data
+            self._start = upto
 
     def clear(self) -> None:
-        self._buf = bytearray()
-        self._pos = 0
+        self._buf = bytearray(_MIN_FREE)
+        self._start = self._end = 0
 
 
 def frame(payload: bytes) -> bytes:
@@ -281,11 +309,16 @@ class FrameConnection:
         return True
 
     def send(self, message: Any) -> None:
+        self.send_pickled(pickle.dumps(message, PICKLE_PROTOCOL))
+
+    def send_pickled(self, plaintext: bytes) -> None:
+        """Send a message already pickled (the transport pickles once for all followers)."""
         if self._phase is Phase.CLOSED or self._cipher is None:
             return
-        data = self._cipher.seal(pickle.dumps(message, PICKLE_PROTOCOL))
+        data = self._cipher.seal(plaintext)
         if self._wpos == len(self._wbuf) and self._sock is not None and not self._timed_out():
-            # Nothing queued: write straight from the frame, buffer only what the socket did not take.
+            # Nothing queued: write straight from the frame; if the socket takes only part of it,
+            # the frame itself (a fresh bytearray) becomes the write buffer.
             try:
                 sent = self._sock.send(data)
             except OSError as e:
@@ -294,8 +327,7 @@ class FrameConnection:
                     return
                 sent = 0
             if sent < len(data):
-                self._wbuf = bytearray(data[sent:]) if sent else bytearray(data)
-                self._wpos = 0
+                self._wbuf, self._wpos = data, sent
                 self._watch_writable(True)
             return
         self._wbuf += data
@@ -413,18 +445,21 @@ class FrameConnection:
         self._watch_writable(self._wpos < len(self._wbuf))
 
     def _read_available(self) -> None:
+        rbuf = self._rbuf
         while self._sock is not None:
-            try:
-                incoming = self._sock.recv(self._recv_buffer_size)
-            except OSError as e:
-                if e.errno not in _WOULD_BLOCK:
-                    self.disconnect()
-                break
-            if not incoming:
+            with rbuf.writable() as view:
+                want = min(len(view), self._recv_buffer_size)
+                try:
+                    got = self._sock.recv_into(view, want)
+                except OSError as e:
+                    if e.errno not in _WOULD_BLOCK:
+                        self.disconnect()
+                    break
+            if not got:
                 self.disconnect()
                 return
-            self._rbuf.feed(incoming)
-            if len(incoming) < self._recv_buffer_size:
+            rbuf.advance(got)
+            if got < want:
                 break
         self._last_read = monotonic_time()
 
@@ -441,10 +476,13 @@ class FrameConnection:
         except ValueError as e:
             self._reject(str(e))
             return _NOTHING
-        if body is None or self._cipher is None:
+        if body is None:
             return _NOTHING
         try:
-            plain = self._cipher.open(body)
+            with body:
+                if self._cipher is None:
+                    return _NOTHING
+                plain = self._cipher.open(body)
         except FrameAuthError as e:
             self._reject(str(e))
             return _NOTHING

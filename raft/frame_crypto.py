@@ -84,14 +84,19 @@ class FrameCipher:
         self._send_seq = 0
         self._recv_seq = 0
 
-    def seal(self, plaintext: bytes) -> bytes:
-        """The complete frame (header included) carrying ``plaintext``."""
+    def seal(self, plaintext: bytes) -> bytearray:
+        """The complete frame (header included) carrying ``plaintext``, encrypted in place."""
         seq = self._send_seq
         if seq >= _MAX_COUNTER:
             raise OverflowError("frame counter exhausted: reconnect")
         self._send_seq = seq + 1
-        header = FRAME_HEADER.pack(len(plaintext) + TAG_BYTES)
-        return header + self._send.encrypt(seq.to_bytes(12, "big"), plaintext, header)
+        body_len = len(plaintext) + TAG_BYTES
+        header = FRAME_HEADER.pack(body_len)
+        out = bytearray(FRAME_HEADER.size + body_len)
+        out[: FRAME_HEADER.size] = header
+        with memoryview(out) as view, view[FRAME_HEADER.size :] as body:
+            self._send.encrypt_into(seq.to_bytes(12, "big"), plaintext, header, body)
+        return out
 
     def open(self, body: bytes | bytearray | memoryview) -> bytes:
         """The plaintext of the next incoming frame whose header announced ``len(body)`` bytes.

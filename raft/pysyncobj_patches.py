@@ -19,6 +19,11 @@ Patches (``apply()``, idempotent, run before any SyncObj is built):
   write and a rename on the ticker thread; the commit index is volatile in
   Raft, a stale one only makes a restarted node wait for its leader before
   applying the rest). ``store_commit_index`` stores it now (clean shutdown).
+* ``FileJournal.add`` / ``ResizableFile.write`` write entries with
+  ``pwritev`` instead of storing them through the journal's mmap: faulting
+  in fresh file pages cost ~3x the time of a write() of the same 64 KB, and
+  the record's header, command and trailer are no longer concatenated
+  first. Same bytes on disk, same order (record, then last-record offset).
 * ``MetaStorer.getMeta`` closes its file and fails on an unreadable meta
   file instead of silently forgetting the persisted term and vote.
 * ``Serializer`` closes the snapshot files it streams to followers (it
@@ -41,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -117,7 +123,60 @@ def _pipe_notifier(poller: Any, callback: Callable[[], None] | None = None) -> A
     return _original_pipe_notifier(poller, callback)
 
 
+_SMALL_WRITE = 4096
+_RECORD_HEAD = struct.Struct("<IQQ")  # record size, index, term (FileJournal's layout)
+_RECORD_TAIL = struct.Struct("<I")
+
+
+def _ensure_file_size(rf: Any, end: int) -> None:
+    """Grow a ResizableFile (and its mmap) to at least ``end`` bytes, as its own write() does."""
+    while end > len(rf._ResizableFile__mm):
+        current = len(rf._ResizableFile__mm)
+        new_size = max(int(current * rf._ResizableFile__resizeFactor), end)
+        try:
+            rf._ResizableFile__mm.resize(new_size)
+        except (SystemError, OSError):
+            rf._ResizableFile__extand(new_size - current)
+
+
+def _pwritev_all(fd: int, parts: list[bytes], offset: int) -> None:
+    written = os.pwritev(fd, parts, offset)
+    total = sum(len(p) for p in parts)
+    if written < total:  # short write (disk full, signal): finish it byte-exactly
+        rest = b"".join(parts)[written:]
+        while rest:
+            n = os.pwrite(fd, rest, offset + written)
+            written += n
+            rest = rest[n:]
+
+
+def _resizable_write(self: Any, offset: int, values: bytes) -> None:
+    # len(mmap) is the mapped size (ResizableFile asks fstat via mmap.size() on every write).
+    end = offset + len(values)
+    _ensure_file_size(self, end)
+    if len(values) < _SMALL_WRITE:
+        self._ResizableFile__mm[offset:end] = values  # resident header page: no syscall
+    else:
+        _pwritev_all(self._ResizableFile__f.fileno(), [values], offset)
+
+
+def _journal_add(self: Any, command: Any, idx: int, term: int) -> None:
+    self._FileJournal__journal.append((command, idx, term))
+    payload = command if isinstance(command, bytes) else _psc_journal.to_bytes(command)
+    size = 16 + len(payload)
+    journal_file = self._FileJournal__journalFile
+    offset = self._FileJournal__currentOffset
+    end = offset + size + 8
+    _ensure_file_size(journal_file, end)
+    fd = journal_file._ResizableFile__f.fileno()
+    _pwritev_all(fd, [_RECORD_HEAD.pack(size, idx, term), payload, _RECORD_TAIL.pack(size)], offset)
+    self._FileJournal__currentOffset = end
+    self._FileJournal__setLastRecordOffset(end)
+
+
 _original_set_commit = _psc_journal.FileJournal.setRaftCommitIndex
+_original_journal_add = _psc_journal.FileJournal.add
+_original_resizable_write = _psc_journal.ResizableFile.write
 
 
 def _set_raft_commit_index(self: Any, raft_commit_index: int) -> None:
@@ -275,6 +334,8 @@ def apply() -> None:
         _psc_syncobj.createPoller = _create_poller
         _psc_syncobj.PipeNotifier = _pipe_notifier
         _psc_journal.FileJournal.setRaftCommitIndex = _set_raft_commit_index
+        _psc_journal.FileJournal.add = _journal_add
+        _psc_journal.ResizableFile.write = _resizable_write
         _psc_journal.MetaStorer.getMeta = _get_meta
         _psc_serializer.Serializer.getTransmissionData = _get_transmission_data
         _psc_serializer.Serializer.cancelTransmisstion = _cancel_transmission
@@ -389,6 +450,15 @@ def audit() -> None:
     for name in ("setRaftCommitIndex", "onOneSecondTimer", "getRaftCommitIndex", "flush"):
         if not hasattr(fj, name):
             problems.append(f"FileJournal.{name} missing")
+    rf_names = set(_original_resizable_write.__code__.co_names)
+    if not {"_ResizableFile__mm", "_ResizableFile__resizeFactor", "_ResizableFile__extand"} <= rf_names:
+        problems.append("ResizableFile internals changed")
+    add_names = set(_original_journal_add.__code__.co_names)
+    wanted = {"_FileJournal__journal", "_FileJournal__journalFile", "_FileJournal__currentOffset"}
+    if not wanted | {"_FileJournal__setLastRecordOffset", "to_bytes"} <= add_names:
+        problems.append("FileJournal.add internals changed")
+    if "_ResizableFile__f" not in _psc_journal.ResizableFile.__init__.__code__.co_names:
+        problems.append("ResizableFile no longer keeps __f")
     if not hasattr(_psc_journal, "MetaStorer") or not hasattr(_psc_journal.MetaStorer, "getMeta"):
         problems.append("journal.MetaStorer.getMeta missing")
     ser = _psc_serializer.Serializer

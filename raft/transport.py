@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import pickle
 import selectors
 import socket
 import threading
@@ -26,11 +27,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pysyncobj.tcp_connection import CONNECTION_STATE
 from pysyncobj.transport import TCPTransport
 
 from raft import pysyncobj_patches as patches
 from raft.connection import (
     MAX_GROUP_ID_BYTES,
+    PICKLE_PROTOCOL,
     PREAMBLE_HEADER,
     PREAMBLE_MAGIC,
     PREAMBLE_VERSION,
@@ -70,6 +73,7 @@ class SharedPortTransport(TCPTransport):  # type: ignore[misc]  # PySyncObj is u
         # Set before super().__init__, which calls addNode().
         self._key = key
         self._next_deadline_check = 0.0
+        self._last_pickled: tuple[dict[str, Any], bytes] | None = None
         self._group_id = group_id
         self._on_rejected = on_rejected
         super().__init__(syncObj, selfNode, otherNodes)
@@ -119,6 +123,25 @@ class SharedPortTransport(TCPTransport):  # type: ignore[misc]  # PySyncObj is u
             conn.setOnDisconnectedCallback(functools.partial(self._onDisconnected, conn))
             self._connections[node] = conn
 
+    def send(self, node: Any, message: Any) -> bool:
+        # As TCPTransport.send, but an AppendEntries with entries is pickled
+        # once for all followers: PySyncObj builds one equal message per
+        # follower (same entry objects), and pickling copies every payload.
+        conn = self._connections.get(node)
+        if conn is None or conn.state != CONNECTION_STATE.CONNECTED:
+            return False
+        if isinstance(message, dict) and message.get("entries"):
+            cached = self._last_pickled
+            if cached is not None and _same_append_entries(cached[0], message):
+                data = cached[1]
+            else:
+                data = pickle.dumps(message, PICKLE_PROTOCOL)
+                self._last_pickled = (message, data)
+            conn.send_pickled(data)
+        else:
+            conn.send(message)
+        return bool(conn.state == CONNECTION_STATE.CONNECTED)
+
     def adopt_incoming(self, sock: socket.socket, peer_nonce: bytes) -> None:
         """Take over an accepted socket whose preamble named this group (ticker thread)."""
         sock.setblocking(False)
@@ -157,6 +180,16 @@ class SharedPortTransport(TCPTransport):  # type: ignore[misc]  # PySyncObj is u
                 next_index[node] = before
             return
         super()._onMessageReceived(node, message)
+
+
+def _same_append_entries(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    # Cheap fields first: equal payloads of different entries would cost a full memcmp each.
+    return (
+        a.get("prevLogIdx") == b.get("prevLogIdx")
+        and a.get("commit_index") == b.get("commit_index")
+        and len(a["entries"]) == len(b["entries"])
+        and a == b
+    )
 
 
 class Listener:

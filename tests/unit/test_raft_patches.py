@@ -214,3 +214,30 @@ def test_commit_index_is_stored_at_most_once_per_period_and_on_demand(tmp_path: 
         assert stored() == 6
     finally:
         journal._destroy()
+
+
+def test_journal_entries_written_with_pwritev_reopen_byte_identical(tmp_path: Any) -> None:
+    import struct
+
+    from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal
+
+    patches.apply()
+    path = str(tmp_path / "raft.journal")
+    entries = [(b"\x01" + bytes([i]) * (i * 5000), i + 1, 3) for i in range(40)]  # grows the file many times
+    journal = FileJournal(path)
+    for entry in entries:
+        journal.add(*entry)
+    journal.deleteEntriesFrom(38)  # truncation walks back over the trailers we wrote
+    journal._destroy()
+    reopened = FileJournal(path)
+    try:
+        assert [tuple(e) for e in reopened] == entries[:38]
+    finally:
+        reopened._destroy()
+    with open(path, "rb") as f:
+        raw = f.read()
+    expected = b"".join(
+        struct.pack("<I", 16 + len(c)) + struct.pack("<QQ", i, t) + c + struct.pack("<I", 16 + len(c))
+        for c, i, t in entries[:38]
+    )
+    assert raw[FIRST_RECORD_OFFSET : FIRST_RECORD_OFFSET + len(expected)] == expected
