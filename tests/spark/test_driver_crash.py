@@ -46,9 +46,15 @@ def test_driver_killed_between_decision_and_markers(spark: Any, make_cluster: An
 
     status, coord = http("GET", c.url(1) + "/v1/coordinators/transaction/dk-job")
     assert status == 200, coord
-    leaders = c.wait_leaders("dk", 3)
-    stopped_p = next(p for p, n in leaders.items() if n != coord["node_id"])
-    victim = leaders[stopped_p]
+    # Stop a node that leads an output partition but does not coordinate the group, while another
+    # partition's leader stays up (leaders spread out once the preferred replicas have taken over).
+    def spread() -> dict[int, int] | None:
+        leaders = c.wait_leaders("dk", 3)
+        return leaders if len(set(leaders.values())) > 1 else None
+
+    leaders = wait_for(spread, 60, "partition leaders on more than one node")
+    victim = next(n for n in sorted(set(leaders.values())) if n != coord["node_id"])
+    stopped_p = next(p for p, n in leaders.items() if n == victim)
     visible_p = next(p for p, n in leaders.items() if n != victim)
     doc["bootstrap"] = ",".join(u for i, u in enumerate(c.urls, 1) if i != victim)
     manifest.write_text(json.dumps(doc))
