@@ -389,7 +389,7 @@ class TransactionalCopier(ConsumerRebalanceListener):
                 if records:
                     self._last_record = now
                     await self._copy(records)
-                if self._due(now, len(records)):
+                if self._due(time.monotonic(), len(records)):
                     await self._commit()
                     if self._report_due():
                         self.stats.remaining = await self._remaining()
