@@ -292,3 +292,14 @@ def test_zombie_member_cannot_commit_transactional_offsets(cluster: LocalCluster
         producer.close()
         a.close()
         b.close()
+
+
+def test_a_join_the_coordinator_refuses_is_raised_by_poll(cluster: LocalCluster) -> None:
+    fill(cluster, "refused", 1, 1)
+    # The cluster allows sessions of 1-300 s: a 500 ms session is INVALID_SESSION_TIMEOUT, not a hang.
+    with Consumer(cluster.urls[0], group_id="g-refused", session_timeout_ms=500, heartbeat_interval_ms=100) as c:
+        c.subscribe(["refused"])
+        with pytest.raises(BrokerError) as err:
+            c.poll(10_000)  # the join's answer ends the poll at once
+        assert err.value.error_code is ErrorCode.INVALID_SESSION_TIMEOUT
+        assert c.assignment() == set()
