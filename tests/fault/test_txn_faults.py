@@ -1,0 +1,291 @@
+"""Transactions through the client while nodes die (issue 4 Show list; kafka_txn.md §14 items 19, 26, 27).
+
+What "no partial visibility" means here (§7.2, §7.4): read_committed is
+bounded by each partition's last stable offset, so within one partition a
+transaction's records appear all at once or not at all, and once visible they
+stay visible. Across partitions the COMMIT markers land one by one (Kafka
+gives no cross-partition snapshot either); the promise is that a decided
+commit reaches EVERY partition -- none is left out, whatever dies -- and an
+aborted transaction reaches none. Each poll below reads every partition
+completely through the server-filtered fetch and checks exactly that.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import threading
+import time
+from concurrent.futures import Future
+
+import pytest
+
+from clients import Producer
+from clients.protocol import BrokerError, ErrorCode
+from clients.records import RecordMetadata
+from tests.support.cluster import LocalCluster, http, wait_for
+from tests.support.txn_reads import consume_all, http_read
+
+pytestmark = [pytest.mark.integration, pytest.mark.fault]
+
+
+def coordinator_of(c: LocalCluster, tid: str, via: int) -> int:
+    status, body = http("GET", f"{c.url(via)}/v1/coordinators/transaction/{tid}", timeout=5)
+    assert status == 200, body
+    return int(body["node_id"])
+
+
+def txn_state(c: LocalCluster, tid: str, via: int) -> str | None:
+    status, body = http("GET", f"{c.url(via)}/v1/transactions/{tid}", timeout=5)
+    return str(body["state"]) if status == 200 else None
+
+
+def live(c: LocalCluster, *, skip: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    return [i for i, p in c.procs.items() if p.poll() is None and i not in skip]
+
+
+class VisibilityWatch:
+    """Reads every partition in a loop (server-filtered read_committed, any live node) and checks each snapshot.
+
+    ``txn``: per partition, the transaction's values. Invariants per
+    partition: all of its values or none; never a value twice; once a node
+    showed all, that node always shows all (each node answers from its own
+    replica, and a follower may lag the leader: switching nodes may go back
+    in time, a consumer never does because it keeps its position). Records
+    the first time each partition showed the txn.
+    """
+
+    def __init__(self, c: LocalCluster, topic_partitions: list[tuple[str, int]], txn: dict[tuple[str, int], set[bytes]],
+                 stopped: set[int]) -> None:  # fmt: skip
+        self.c = c
+        self.tps = topic_partitions
+        self.txn = txn
+        self.stopped = stopped  # nodes not to ask (SIGSTOPped: a request would hang)
+        self.visible: dict[tuple[str, int], float] = {}
+        self._seen_by: set[tuple[int, tuple[str, int]]] = set()
+        self.snapshots = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> VisibilityWatch:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for tp in self.tps:
+                nodes = live(self.c, skip=self.stopped)
+                if not nodes:
+                    continue
+                node = nodes[self.snapshots % len(nodes)]
+                try:
+                    values = [v for _, v in http_read(self.c.url(node), tp[0], tp[1])]
+                except (OSError, AssertionError):
+                    continue  # the node died or is not serving this partition yet
+                self._check(node, tp, values)
+            self.snapshots += 1
+
+    def _check(self, node: int, tp: tuple[str, int], values: list[bytes]) -> None:
+        mine = [v for v in values if v in self.txn[tp]]
+        if len(mine) != len(set(mine)):
+            self.errors.append(f"{tp} on node {node}: duplicate records {mine}")
+        if mine and set(mine) != self.txn[tp]:
+            self.errors.append(f"{tp} on node {node}: partial transaction: {len(set(mine))} of {len(self.txn[tp])}")
+        if mine:
+            self.visible.setdefault(tp, time.monotonic())
+            self._seen_by.add((node, tp))
+        elif (node, tp) in self._seen_by:
+            self.errors.append(f"{tp} on node {node}: the transaction was visible, then it was not")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def commit_in_background(p: Producer) -> tuple[threading.Thread, list[BaseException | None]]:
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            p.commit_transaction(timeout=120)
+            outcome.append(None)
+        except BaseException as exc:  # reported by the test
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def coordinator_apart_from(c: LocalCluster, prefix: str, leaders: dict[int, int]) -> tuple[str, int, int, int]:
+    """A transactional id whose coordinator node is not the leader of some partition in ``leaders``.
+
+    Returns (id, coordinator node, that other leader node, its partition).
+    """
+    for tid in (f"{prefix}-{i}" for i in range(200)):
+        coord = coordinator_of(c, tid, next(iter(leaders.values())))
+        for q, node in sorted(leaders.items()):
+            if node != coord:
+                return tid, coord, node, q
+    raise AssertionError(f"no id has its coordinator apart from the leaders {leaders}")
+
+
+def resumed_count(c: LocalCluster, nodes: list[int], offsets: dict[int, int]) -> int:
+    """How many transactions new coordinator leaders resumed, from the node logs written after ``offsets``."""
+    total = 0
+    for n in nodes:
+        text = c.log_text(n)[offsets.get(n, 0) :]
+        total += sum(int(m) for m in re.findall(r"resuming (\d+) transaction", text))
+    return total
+
+
+def send_everywhere(
+    p: Producer, tps: list[tuple[str, int]], n: int, tag: str
+) -> dict[tuple[str, int], list[tuple[bytes, Future[RecordMetadata]]]]:
+    """``n`` records to every partition of the open transaction, all acknowledged before it returns."""
+    sent = {
+        tp: [(v, p.send(tp[0], value=v, partition=tp[1])) for v in (f"{tag}-{tp[0]}-{tp[1]}-{i}".encode()
+                                                                   for i in range(n))]
+        for tp in tps
+    }  # fmt: skip
+    p.flush(60)
+    assert all(f.result(timeout=30).offset >= 0 for futs in sent.values() for _, f in futs)
+    return sent
+
+
+# ---- the coordinator dies between the decision and CompleteCommit (§14 item 26) ------------------------------
+
+
+def test_coordinator_sigkill_between_end_txn_and_complete_commit_completes_on_the_new_leader(make_cluster):
+    c = make_cluster()
+    c.create_topic("fk", partitions=3, rf=3)
+    c.create_topic("fk1", partitions=3, rf=1)  # a partition with one replica: its markers wait while it is stopped
+    # Given a transactional id whose coordinator C is not the node X holding some rf=1 partition
+    tid, coord, x, xp = coordinator_apart_from(c, "fk", c.wait_leaders("fk1", 3))
+    y = next(n for n in (1, 2, 3) if n not in (coord, x))
+    tps = [("fk", q) for q in range(3)] + [("fk1", xp)]
+    p = Producer(c.urls, transactional_id=tid)
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        sent = send_everywhere(p, tps, 5, "fk")
+        txn = {tp: {v for v, _ in futs} for tp, futs in sent.items()}
+        # When X is paused, the commit is decided (PrepareCommit is durable), and C is SIGKILLed before it completes
+        c.signal(x, signal.SIGSTOP)
+        stopped = {x}
+        watch = VisibilityWatch(c, tps, txn, stopped).start()
+        thread, outcome = commit_in_background(p)
+        wait_for(lambda: txn_state(c, tid, via=y) == "PrepareCommit", 20, "the commit decision (PrepareCommit)")
+        assert txn_state(c, tid, via=y) == "PrepareCommit", "the marker to X's partition cannot have been written"
+        logs = {n: len(c.log_text(n)) for n in (x, y)}
+        c.kill(coord)
+        stopped.add(coord)
+        c.signal(x, signal.SIGCONT)
+        stopped.discard(x)
+        # Then the new coordinator leader resumes the decided commit: every partition gets it, all or nothing
+        wait_for(lambda: len(watch.visible) == len(tps), 60, "the transaction on every partition")
+        wait_for(lambda: txn_state(c, tid, via=y) == "CompleteCommit", 30, "CompleteCommit on the new leader")
+        thread.join(120)
+        watch.stop()
+        assert outcome == [None], f"commit_transaction failed: {outcome}"
+        assert not watch.errors, watch.errors[:5]
+        assert resumed_count(c, [x, y], logs) >= 1, "no new coordinator leader resumed the transaction"
+        for tp in tps:
+            got = http_read(c.url(y if tp[0] == "fk" else x), *tp)
+            assert got == [(f.result().offset, v) for v, f in sent[tp]]
+        # And the producer goes on with the identity the (retried) EndTxn handed back
+        p.begin_transaction()
+        nxt = p.send("fk", value=b"after", partition=0)
+        p.commit_transaction(timeout=60)
+        assert (nxt.result().offset, b"after") in http_read(c.url(y), "fk", 0)
+    finally:
+        p.close(5)
+
+
+# ---- a partition leader dies while the markers are in flight ----------------------------------------------------
+
+
+def test_partition_leader_sigkill_while_markers_are_in_flight_shows_no_partial_transaction(make_cluster):
+    c = make_cluster()
+    c.create_topic("ml", partitions=6, rf=3)
+    tid, coord, x, _ = coordinator_apart_from(c, "ml", c.wait_leaders("ml", 6))
+    tps = [("ml", q) for q in range(6)]
+    p = Producer(c.urls, transactional_id=tid)
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        sent = send_everywhere(p, tps, 20, "ml")
+        txn = {tp: {v for v, _ in futs} for tp, futs in sent.items()}
+        stopped = {x}
+        c.signal(x, signal.SIGSTOP)  # X's partitions cannot take their markers...
+        watch = VisibilityWatch(c, tps, txn, stopped).start()
+        thread, outcome = commit_in_background(p)
+        wait_for(lambda: txn_state(c, tid, via=coord) == "PrepareCommit", 20, "the commit decision")
+        c.kill(x)  # ...and X dies with them pending (SIGKILL ends a stopped process)
+        wait_for(lambda: len(watch.visible) == len(tps), 60, "the transaction on every partition")
+        thread.join(120)
+        watch.stop()
+        assert outcome == [None], f"commit_transaction failed: {outcome}"
+        assert not watch.errors, watch.errors[:5]
+        assert watch.snapshots > 3
+        expected = {tp: [(f.result().offset, v) for v, f in sent[tp]] for tp in tps}
+        alive = [c.url(n) for n in live(c)]
+        assert consume_all(alive, tps, "read_committed") == expected
+        # The dead leader's replicas catch up with the markers once it is back
+        c.start_node(x)
+        c.wait_ready([x])
+        for tp in tps:
+            wait_for(lambda tp=tp: http_read(c.url(x), *tp) == expected[tp], 60, f"{tp} on the restarted node")
+    finally:
+        p.close(5)
+
+
+# ---- leader change inside a transaction (§14 item 27) ----------------------------------------------------------
+
+
+def test_leader_sigkill_inside_a_transaction_commits_every_record_once(make_cluster):
+    c = make_cluster()
+    c.create_topic("lk", partitions=3, rf=3)
+    tid, _, victim, _ = coordinator_apart_from(c, "lk", c.wait_leaders("lk", 3))
+    futs: list[tuple[bytes, Future[RecordMetadata]]] = []
+    with Producer(c.urls, transactional_id=tid) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(3000):
+            v = f"lk-{i:05d}".encode()
+            futs.append((v, p.send("lk", value=v, partition=i % 3)))
+            if i == 1000:
+                p.flush()
+                c.kill(victim)  # batches keep coming; the client follows the new leaders
+        p.commit_transaction(timeout=120)
+    expected: dict[tuple[str, int], list[tuple[int, bytes]]] = {("lk", q): [] for q in range(3)}
+    for i, (v, f) in enumerate(futs):
+        expected[("lk", i % 3)].append((f.result().offset, v))
+    alive = [c.url(n) for n in live(c)]
+    assert consume_all(alive, list(expected), "read_committed") == expected
+
+
+# ---- transaction timeout (§14 item 19) ---------------------------------------------------------------------------
+
+
+def test_transaction_past_its_timeout_is_aborted_and_the_producer_is_fenced(make_cluster):
+    c = make_cluster(transaction_abort_scan_interval_ms=200)
+    c.create_topic("slow", partitions=1, rf=3)
+    with Producer(c.urls, transactional_id="slow-writer", transaction_timeout_ms=1000) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        first = p.send("slow", value=b"before the timeout")
+        first.result(timeout=30)
+        wait_for(lambda: txn_state(c, "slow-writer", via=1) == "CompleteAbort", 20, "the coordinator's abort")
+        late = p.send("slow", value=b"after the timeout")
+        with pytest.raises(BrokerError) as ei:
+            late.result(timeout=30)
+        assert ei.value.error_code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH)
+        with pytest.raises(BrokerError) as ei:
+            p.commit_transaction()
+        assert ei.value.error_code is ErrorCode.PRODUCER_FENCED
+    leader = c.leader("slow", 0)
+    assert leader is not None
+    assert http_read(c.url(leader), "slow", 0) == []
+    assert [v for _, v in http_read(c.url(leader), "slow", 0, "read_uncommitted")] == [b"before the timeout"]
