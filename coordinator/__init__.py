@@ -11,5 +11,10 @@ Modules:
 * ``state_machine`` -- TransactionStateMachine, one partition persisted in the node's RocksDB;
 * ``placement`` -- which partition owns a transactional id (Kafka's hash).
 
+The group coordinator (``__consumer_offsets-p``): ``group_states`` (enum + table),
+``group_metadata`` (replicated values), ``group_commands``, ``group_rules`` (offsets,
+KIP-447 fencing, markers), ``group_assignors`` (range, roundrobin), ``group_membership``
+(live joins/heartbeats/rebalances, in memory) and ``group_state_machine``.
+
 Imports ``storage``, ``raft`` and ``clients.protocol`` only.
 """
