@@ -7,6 +7,7 @@ from typing import Any
 from clients.protocol import ErrorCode
 
 from .metrics import VERSION
+from .openapi_txn import transaction_and_group_paths
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 
@@ -71,6 +72,12 @@ _PRODUCE_RESULT = _obj(
 
 
 def openapi_document() -> dict[str, Any]:
+    doc = _base_document()
+    doc["paths"].update(transaction_and_group_paths())
+    return doc
+
+
+def _base_document() -> dict[str, Any]:
     def q(name: str, schema: dict[str, Any], required: bool = False, desc: str = "") -> dict[str, Any]:
         return {"name": name, "in": "query", "required": required, "schema": schema, "description": desc}
 
