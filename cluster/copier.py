@@ -57,6 +57,10 @@ log = logging.getLogger(__name__)
 Transform = Callable[[bytes | None], bytes | None]
 Emit = Callable[[dict[str, Any]], None]
 
+# Records transformed between two yields to the event loop: a slow transform must not starve the
+# heartbeats (the group session) or the producer's sender, which share the copier's loop.
+_YIELD_EVERY = 50
+
 # The producer cannot go on (Kafka's copier rethrows these and dies).
 FATAL = frozenset(
     {
@@ -278,10 +282,12 @@ class TransactionalCopier(ConsumerRebalanceListener):
             self._txn_records = 0
             self._txn_partitions = set()
         out = self.config.output_topic
-        for r in records:
+        for i, r in enumerate(records):
             headers = list(r.headers) if r.headers else None
             await self.producer.send(out, value=self._transform(r.value), key=r.key, headers=headers)
             self._txn_partitions.add((r.topic, r.partition))
+            if i % _YIELD_EVERY == _YIELD_EVERY - 1:
+                await asyncio.sleep(0)
         self._txn_records += len(records)
         self.stats.consumed += len(records)
 

@@ -401,6 +401,9 @@ class AsyncConsumer:
         if self._coordinator is not None:
             self._coordinator.note_poll(loop.time())
             self._maybe_auto_commit(loop.time())
+        # Yield once even when records are buffered: an application that polls and processes in a tight
+        # loop would otherwise starve the fetch and heartbeat tasks (and lose its group session).
+        await asyncio.sleep(0)
         while True:
             fetcher.data_ready.clear()
             if self._subscribed and not await self._ensure_group(deadline):

@@ -33,6 +33,7 @@ import pytest
 
 from clients.consumer import Consumer
 from clients.producer import Producer
+from cluster.copier import CopierConfig, CopierStats, run_copier
 from tests.support.cluster import REPO, LocalCluster, http, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
@@ -307,6 +308,43 @@ def test_survivor_takes_over_the_partitions_of_a_killed_group_member(cluster: Lo
     assert last["assignment"] == [], last  # it left the group on exit
     owned = [p["assignment"] for p in survivor.progress() if p["stage"] == "Rebalanced"]
     assert [f"{src}-0", f"{src}-1"] in owned, owned
+    final = read_output(cluster, dst, 3)
+    assert_exactly_the_input([v for vs in final.values() for v in vs], n, "final consumer")
+    assert group_copied(cluster, group) == n
+
+
+def test_rebalance_aborts_the_open_transaction_and_the_output_stays_exact(cluster: LocalCluster) -> None:
+    # Given an in-process copier whose transaction stays open while input keeps arriving (no count/age trigger)
+    n, src, dst, group = 4_000, "in-rebalance", "out-rebalance", "copy-rebalance"
+    cluster.create_topic(src, partitions=2, rf=3)
+    cluster.create_topic(dst, partitions=3, rf=3)
+    fill(cluster, src, 2, n)
+    config = CopierConfig(
+        ",".join(cluster.urls), src, dst, group, "copier-rebalance", commit_every=0, commit_every_ms=0,
+        transform="python:tests.support.copier_transforms:throttled", idle_exit_ms=1000,
+        session_timeout_ms=2000, heartbeat_interval_ms=200, progress_interval_ms=0,
+    )  # fmt: skip
+    result: list[CopierStats | BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(run_copier(config, emit=lambda _e: None))
+        except BaseException as exc:  # reported below
+            result.append(exc)
+
+    copier = threading.Thread(target=run, daemon=True)
+    copier.start()
+    wait_for(lambda: http("GET", cluster.url(1) + f"/v1/groups/{group}")[1].get("members"), 30, "the copier to join")
+    # When another member joins mid-transaction, holds a partition for a while, then leaves
+    with Consumer(",".join(cluster.urls), group_id=group, enable_auto_commit=False, session_timeout_ms=2000,
+                  heartbeat_interval_ms=200, isolation_level="read_committed") as other:  # fmt: skip
+        other.subscribe([src])
+        wait_for(lambda: other.poll(0) == [] and len(other.assignment()) == 1, 30, "a partition for the other member")
+    copier.join(120)
+    # Then the copier aborted its open transaction at the rebalance and still copied everything exactly once
+    assert result and isinstance(result[0], CopierStats), result
+    stats = result[0]
+    assert stats.aborted >= 1 and stats.rebalances >= 3, stats
     final = read_output(cluster, dst, 3)
     assert_exactly_the_input([v for vs in final.values() for v in vs], n, "final consumer")
     assert group_copied(cluster, group) == n
