@@ -289,3 +289,42 @@ def test_transaction_past_its_timeout_is_aborted_and_the_producer_is_fenced(make
     assert leader is not None
     assert http_read(c.url(leader), "slow", 0) == []
     assert [v for _, v in http_read(c.url(leader), "slow", 0, "read_uncommitted")] == [b"before the timeout"]
+
+
+# ---- an ambiguous commit is resumed, never turned into an abort (§12, KAFKA-17754) ------------------------------
+
+
+def test_commit_that_times_out_resumes_with_the_same_identity(make_cluster):
+    c = make_cluster()
+    c.create_topic("amb", partitions=3, rf=3)
+    tid, coord, other, _ = coordinator_apart_from(c, "amb", c.wait_leaders("amb", 3))
+    with Producer(c.urls, transactional_id=tid, request_timeout_ms=1000, delivery_timeout_ms=60_000) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        sent = send_everywhere(p, [("amb", q) for q in range(3)], 3, "amb")
+        ident = (p.producer_id, p.producer_epoch)
+        # When two of three nodes stop (no majority can elect another coordinator), the commit times out
+        # with its outcome unknown
+        for n in (coord, other):
+            c.signal(n, signal.SIGSTOP)
+        try:
+            with pytest.raises(BrokerError) as ei:
+                p.commit_transaction(timeout=3)
+            assert ei.value.error_code is ErrorCode.REQUEST_TIMED_OUT
+            assert (p.producer_id, p.producer_epoch) == ident, "no new identity without an answer"
+            with pytest.raises(BrokerError) as ei:
+                p.abort_transaction()
+            assert ei.value.error_code is ErrorCode.INVALID_TXN_STATE, "an unknown commit must not become an abort"
+        finally:
+            for n in (coord, other):
+                c.signal(n, signal.SIGCONT)
+        # Then calling commit again finishes it (the coordinator answers the retried EndTxn idempotently)
+        p.commit_transaction(timeout=60)
+        assert p.producer_epoch > ident[1]
+        p.begin_transaction()
+        p.send("amb", value=b"next", partition=0)
+        p.commit_transaction(timeout=60)
+    expected = {("amb", q): [(f.result().offset, v) for v, f in sent[("amb", q)]] for q in range(3)}
+    got = consume_all(c.urls, list(expected), "read_committed")
+    assert {tp: recs[: len(expected[tp])] for tp, recs in got.items()} == expected
+    assert [v for _, v in got[("amb", 0)][3:]] == [b"next"]

@@ -132,9 +132,32 @@ def test_batches_are_sequenced_only_while_a_transaction_sends():
     header = parse_batch(b.wire)
     assert header.attributes & ATTR_TRANSACTIONAL
     assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 0, 0)
+    acc.handle_response(b, 0, -1, None, 1.0)
     txn.begin_end(S.COMMITTING)
     put(acc, 0, now=1.0)
     assert send_all(acc, 2.0), "COMMITTING flushes the open transaction's batches"
+
+
+def test_first_batch_of_a_transaction_to_a_partition_goes_alone():
+    # KIP-890: the leader holds the first batch while the coordinator adds the partition; batches sent
+    # behind it would be rejected as out of order, so they wait for its answer -- in every transaction
+    txn, acc = ready()
+    txn.begin()
+    for _ in range(4):
+        put(acc, 0, b"x" * 600)  # one batch each (batch_size 1000)
+    [first] = send_all(acc)
+    assert acc.next_deadline(1.0) > 1.0, "a held partition must not wake the sender at once"
+    acc.handle_response(first, 0, -1, None, 1.0)
+    rest = send_all(acc, 1.0)
+    assert len(rest) == 3, "joined: up to max_in_flight"
+    for off, b in enumerate(rest, 1):
+        acc.handle_response(b, off, -1, None, 1.5)
+    txn.begin_end(S.COMMITTING)
+    txn.ended(7, 1, committed=True)
+    txn.begin()
+    put(acc, 0, b"x" * 600, now=2.0)
+    put(acc, 0, b"x" * 600, now=2.0)
+    assert len(send_all(acc, 3.0)) == 1, "a new transaction joins the partition again"
 
 
 def test_request_size_counts_the_transactional_id():
