@@ -38,6 +38,7 @@ it from the loop it was started on (``clients.Producer`` wraps it for threads).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -333,11 +334,15 @@ class AsyncProducer:
         txn = self._txn_manager()
         txn.begin_init()
         self.ensure_started()
+        deadline = self._deadline(timeout)
+        with contextlib.suppress(BrokerError, TimeoutError):  # learn every node's URL: lookups survive a dead bootstrap
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic()) / 2):
+                await self._metadata.refresh()
         tid = txn.transactional_id
         body = {"transactional_id": tid, "transaction_timeout_ms": self.transaction_timeout_ms}
         try:
             res = await self._coordinators.call(
-                "transaction", tid, "/v1/producers/init", body, self._deadline(timeout), "init_transactions"
+                "transaction", tid, "/v1/producers/init", body, deadline, "init_transactions"
             )
         except BrokerError as exc:
             if exc.error_code in (ErrorCode.PRODUCER_FENCED, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED):
