@@ -15,7 +15,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from clients import Producer
+from clients import Consumer, Producer
 from clients.aio import AsyncProducer
 from clients.aio._transactions import TransactionAbortedError
 from clients.protocol import BrokerError, ErrorCode
@@ -413,3 +413,42 @@ def test_commit_returns_only_once_read_committed_sees_it(cluster):
             assert time.monotonic() - started < 10
             for q, (v, f) in enumerate(futs):
                 assert (f.result().offset, v) in http_read(leader_url(cluster, t, q), t, q)
+
+
+def test_consume_transform_produce_with_every_other_transaction_aborted_copies_exactly_once(cluster):
+    # §14 item 20 (testSendOffsetsWithGroupMetadata): offsets go into the txn; an aborted txn rewinds to the
+    # committed offsets and redoes the work; the output holds every input exactly once
+    src, dst = topic(cluster, 2), topic(cluster)
+    with Producer(cluster.urls) as plain:
+        for i in range(500):
+            plain.send(src, value=f"in-{i}".encode(), partition=i % 2)
+    tps = [(src, 0), (src, 1)]
+    group = f"copy-{src}"
+    with Consumer(cluster.urls, group_id=group, isolation_level="read_committed", enable_auto_commit=False,
+                  auto_offset_reset="earliest", max_poll_records=60) as consumer, \
+            Producer(cluster.urls, transactional_id=f"copier-{src}") as p:  # fmt: skip
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        p.init_transactions()
+        n = 0
+        deadline = time.monotonic() + 120
+        while any(consumer.committed(tp) != 250 for tp in tps):
+            assert time.monotonic() < deadline, [consumer.committed(tp) for tp in tps]
+            records = consumer.poll(timeout_ms=500)
+            if not records:
+                continue
+            p.begin_transaction()
+            for r in records:
+                p.send(dst, value=b"out-" + (r.value or b""))
+            p.send_offsets_to_transaction({tp: consumer.position(tp) for tp in tps}, group)
+            n += 1
+            if n % 2:
+                p.abort_transaction()
+                for tp in tps:  # rewind to what the group committed
+                    committed = consumer.committed(tp)
+                    consumer.seek(tp, committed if committed is not None else 0)
+            else:
+                p.commit_transaction()
+    out = [v for _, v in read_committed_both_ways(cluster, dst, 1)[0]]
+    assert sorted(out) == sorted(f"out-in-{i}".encode() for i in range(500))
+    assert n >= 4
