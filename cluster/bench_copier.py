@@ -243,7 +243,7 @@ def run_copier_bench(
     urls: list[str],
     workdir: Path,
     *,
-    records: int = 50_000,
+    records: int = 100_000,
     record_size: int = 100,
     in_partitions: int = 2,
     out_partitions: int = 3,
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     from .bench import BenchCluster, machine_info
 
     p = argparse.ArgumentParser(prog="python -m cluster.bench_copier", description=__doc__.splitlines()[0])
-    p.add_argument("--records", type=int, default=50_000)
+    p.add_argument("--records", type=int, default=100_000)
     p.add_argument("--record-size", type=int, default=100)
     p.add_argument("--input-partitions", type=int, default=2)
     p.add_argument("--output-partitions", type=int, default=3)

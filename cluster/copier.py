@@ -185,6 +185,7 @@ class TransactionalCopier(ConsumerRebalanceListener):
         self._last_record = time.monotonic()
         self._last_progress = 0.0
         self._last_done_check = 0.0
+        self._stop = asyncio.Event()
 
     # ---- progress ------------------------------------------------------------------------------
 
@@ -218,28 +219,36 @@ class TransactionalCopier(ConsumerRebalanceListener):
         )
 
     async def _remaining(self) -> int:
-        """Records of the assigned partitions above the position (Kafka's copier ``messagesRemaining``)."""
+        """Records of the assigned partitions above the position (Kafka's copier ``messagesRemaining``).
+
+        -1 when the cluster cannot tell right now (a leader or coordinator is moving).
+        """
         tps = sorted(self.consumer.assignment())
         if not tps:
             return 0
-        ends = await self.consumer.end_offsets(tps)
-        total = 0
-        for tp in tps:
-            total += max(0, ends[tp] - await self.consumer.position(tp))
+        try:
+            ends = await self.consumer.end_offsets(tps)
+            total = 0
+            for tp in tps:
+                total += max(0, ends[tp] - await self.consumer.position(tp, timeout_ms=1000))
+        except BrokerError as exc:
+            if exc.retriable:
+                return -1
+            raise
         return total
 
     async def _group_remaining(self) -> int:
-        """Input records whose offsets the group has not committed (stable offsets only; -1: undecided)."""
-        parts = await self.consumer.partitions_for_topic(self.config.input_topic)
-        tps = [(self.config.input_topic, p) for p in sorted(parts)]
-        ends = await self.consumer.end_offsets(tps)
+        """Input records whose offsets the group has not committed (stable offsets only; -1: unknown now)."""
         try:
+            parts = await self.consumer.partitions_for_topic(self.config.input_topic)
+            tps = [(self.config.input_topic, p) for p in sorted(parts)]
+            ends = await self.consumer.end_offsets(tps)
             committed = await self.consumer.committed_offsets(tps, timeout_ms=0)
+            starts = await self.consumer.beginning_offsets([tp for tp in tps if committed.get(tp) is None])
         except BrokerError as exc:
-            if exc.error_code is ErrorCode.UNSTABLE_OFFSET_COMMIT:
+            if exc.retriable:  # UNSTABLE_OFFSET_COMMIT (a transaction is deciding) or a moving leader
                 return -1
             raise
-        starts = await self.consumer.beginning_offsets([tp for tp in tps if committed.get(tp) is None])
         total = 0
         for tp in tps:
             om = committed.get(tp)
@@ -305,6 +314,11 @@ class TransactionalCopier(ConsumerRebalanceListener):
                 await self.producer.commit_transaction()
                 break
             except BrokerError as exc:
+                if exc.retriable and self._stop.is_set():
+                    # Stopping with the outcome unknown: the coordinator finishes the commit or the
+                    # transaction times out; a restart reads whichever offsets became committed.
+                    self._in_txn = False
+                    return
                 if exc.retriable:  # outcome unknown: the same call resumes it (never an abort)
                     log.warning("%s: commit not confirmed (%s); retrying", self.config.transactional_id, exc)
                     await asyncio.sleep(0.1)
@@ -344,7 +358,14 @@ class TransactionalCopier(ConsumerRebalanceListener):
             self.consumer.enforce_rebalance()  # the rejoin reads the committed offsets again
             return
         tps = sorted(self.consumer.assignment())
-        committed = await self.consumer.committed_offsets(tps)
+        while True:
+            try:
+                committed = await self.consumer.committed_offsets(tps)
+                break
+            except BrokerError as exc:
+                if not exc.retriable:
+                    raise
+                log.warning("%s: committed offsets not readable yet (%s)", self.config.transactional_id, exc)
         for tp in tps:
             om = committed.get(tp)
             if om is None:
@@ -384,6 +405,7 @@ class TransactionalCopier(ConsumerRebalanceListener):
         return self.stats.group_remaining == 0
 
     async def run(self, stop: asyncio.Event) -> CopierStats:
+        self._stop = stop
         try:
             await self.producer.init_transactions()
             self.consumer.subscribe([self.config.input_topic], listener=self)
