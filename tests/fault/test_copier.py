@@ -17,6 +17,7 @@ records/s (``tests.support.copier_transforms``) so the run outlasts the faults.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -56,6 +57,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         c.close()
 
 
+_LOG_SEQ = itertools.count()
+
+
 class CopierProcess:
     """One copier instance (a transactional id); ``restart`` runs a new process with the same id."""
 
@@ -68,7 +72,7 @@ class CopierProcess:
         self.logs: list[Path] = []
 
     def start(self) -> None:
-        log = self.workdir / f"copier-{self.tid}-{len(self.logs)}.log"
+        log = self.workdir / f"copier-{self.tid}-{next(_LOG_SEQ)}.log"
         self.logs.append(log)
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
@@ -348,3 +352,25 @@ def test_rebalance_aborts_the_open_transaction_and_the_output_stays_exact(cluste
     final = read_output(cluster, dst, 3)
     assert_exactly_the_input([v for vs in final.values() for v in vs], n, "final consumer")
     assert group_copied(cluster, group) == n
+
+
+def test_a_fenced_copier_exits_non_zero_and_its_successor_finishes(cluster: LocalCluster, copiers: Any) -> None:
+    # Given a copier mid-run
+    n, src, dst, group = 6_000, "in-fenced", "out-fenced", "copy-fenced"
+    cluster.create_topic(src, partitions=2, rf=3)
+    cluster.create_topic(dst, partitions=3, rf=3)
+    fill(cluster, src, 2, n)
+    zombie = copiers(src, dst, group, "copier-fenced")
+    wait_for(lambda: group_copied(cluster, group) >= 0.1 * n, 60, "10% copied")
+    # When a second instance with the same transactional id starts (init_transactions fences the first)
+    successor = CopierProcess(cluster, zombie.workdir, src, dst, group, "copier-fenced")
+    try:
+        successor.start()
+        # Then the first one stops with a non-zero exit and a Fatal line; the second copies the rest exactly once
+        assert zombie.wait(60) == 1, zombie.tail()
+        assert zombie.progress()[-1]["stage"] == "Fatal", zombie.tail()
+        finish(successor)
+    finally:
+        successor.close()
+    final = read_output(cluster, dst, 3)
+    assert_exactly_the_input([v for vs in final.values() for v in vs], n, "final consumer")
