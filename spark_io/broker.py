@@ -40,6 +40,7 @@ T = TypeVar("T")
 TP = tuple[str, int]
 
 READ_COMMITTED = "read_committed"
+DEFAULT_MAX_MESSAGE_BYTES = 1_048_588  # the broker's topic default (Kafka's)
 READ_UNCOMMITTED = "read_uncommitted"
 
 # Errors after which the same request may succeed once the cluster has moved on (a new leader, a
@@ -72,6 +73,7 @@ class BrokerClient:
         self._known: list[str] = list(self.bootstrap)
         self._leaders: dict[TP, str | None] = {}
         self._partition_counts: dict[str, int] = {}
+        self._max_message_bytes: dict[str, int] = {}
 
     # ---- plumbing ------------------------------------------------------------------------------
 
@@ -113,6 +115,8 @@ class BrokerClient:
         self._known = list(dict.fromkeys([*self.bootstrap, *urls]))
         for t in meta.get("topics", []):
             self._partition_counts[t["name"]] = len(t["partitions"])
+            limit = (t.get("config") or {}).get("max.message.bytes", DEFAULT_MAX_MESSAGE_BYTES)
+            self._max_message_bytes[t["name"]] = int(limit)
             for p in t["partitions"]:
                 self._leaders[(t["name"], int(p["partition"]))] = p.get("leader_url")
         return meta
@@ -134,6 +138,12 @@ class BrokerClient:
         if not n:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
         return n
+
+    def max_message_bytes(self, topic: str) -> int:
+        """The topic's largest accepted batch (``max.message.bytes``)."""
+        if topic not in self._max_message_bytes:
+            self.partition_count(topic)
+        return self._max_message_bytes.get(topic, DEFAULT_MAX_MESSAGE_BYTES)
 
     def topic_partitions(self, topics: Iterable[str]) -> list[TP]:
         meta = self.metadata(list(topics))

@@ -268,7 +268,7 @@ class WriterOptions:
             topic=o.get("topic"),
             write_id=o.identifier(*id_names),
             transaction_timeout_ms=o.integer("transactionTimeoutMs", 300_000, lo=1000, hi=2**31 - 1),
-            batch_bytes=o.integer("batchBytes", 256 << 10, lo=1024, hi=16 << 20),
+            batch_bytes=o.integer("batchBytes", 512 << 10, lo=1024, hi=64 << 20),
             commit_timeout_ms=o.integer("commitTimeoutMs", 120_000, lo=1000),
             request_timeout_ms=o.integer("requestTimeoutMs", 30_000, lo=100),
             test_fail_task=o.get("_test.failTask"),

@@ -20,9 +20,11 @@ binds exactly the members it decides on, so aborting an attempt (task
 failure, ``abort()``) never records a decision for the job's group and a
 retried job with the same write id can still commit.
 
-Sending overlaps encoding: one request round is in flight while the task
-fills and encodes the next batches (at most one batch per partition in
-flight, so sequence order holds without the broker's 5-batch window).
+Sending overlaps encoding: each full batch is sent by a pool thread while the
+task fills the next one. At most one batch per partition is in flight, so
+sequence order holds without the broker's 5-batch window; keyless rows move
+to the next partition with every batch (Kafka's sticky partitioner), so
+several partitions' batches are usually in flight at once.
 """
 
 from __future__ import annotations
@@ -30,13 +32,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from clients.partitioner import partition_for_key
 from clients.protocol import (
+    BATCH_HEADER,
     PRODUCE_CONTENT_TYPE,
     BrokerError,
     ErrorCode,
@@ -91,8 +93,8 @@ class TransactionalWriter:
         self._pending: dict[TP, _Pending] = {}
         self._sequence: dict[TP, int] = {}
         self._sticky: dict[str, int] = {}
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="txn-send")
-        self._inflight: Future[None] | None = None
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="txn-send")
+        self._inflight: dict[TP, Future[None]] = {}
 
     @property
     def _txn_path(self) -> str:
@@ -123,84 +125,63 @@ class TransactionalWriter:
         pending = self._pending.get(tp)
         if pending is None:
             pending = self._pending[tp] = _Pending()
-        pending.records.append(record)
         size = len(record.value or b"") + len(record.key or b"") + _RECORD_OVERHEAD
         for k, v in record.headers:
-            size += len(k) + len(v or b"") + 6
+            size += len(k.encode()) + len(v or b"") + 6
+        if pending.records and pending.size + size > self.client.max_message_bytes(topic) - BATCH_HEADER.size:
+            self._cut_partition(tp)  # the batch may not grow past the topic's max.message.bytes
+            pending = self._pending[tp] = _Pending()
+        pending.records.append(record)
         pending.size += size
         self.records += 1
         self.payload_bytes += len(record.value or b"") + len(record.key or b"")
         if pending.size >= self.batch_bytes:
-            if topic in self._sticky:  # the next keyless records go to the next partition
-                self._sticky[topic] = (self._sticky[topic] + 1) % self.client.partition_count(topic)
-            self._dispatch(self._cut(lambda p: p is pending))
+            self._cut_partition(tp)
 
-    def _cut(self, which: Callable[[_Pending], bool]) -> list[_Batch]:
-        """Encode the pending records of the partitions ``which(pending)`` selects, assigning sequences."""
-        out = []
-        for tp, pending in list(self._pending.items()):
-            if not pending.records or not which(pending):
-                continue
-            seq = self._sequence.get(tp, 0)
-            data = encode_batch(pending.records, producer_id=self.producer_id, producer_epoch=self.producer_epoch,
-                                base_sequence=seq, transactional=True)  # fmt: skip
-            self._sequence[tp] = seq + len(pending.records)
-            out.append(_Batch(tp, data, len(pending.records)))
-            del self._pending[tp]
-        return out
-
-    def _dispatch(self, batches: list[_Batch]) -> None:
-        """Wait for the round in flight (it may hold the previous batch of the same partition), send these."""
-        self._wait()
-        if batches:
-            self._inflight = self._pool.submit(self._send, batches)
-
-    def _wait(self) -> None:
-        if self._inflight is not None:
-            fut, self._inflight = self._inflight, None
-            fut.result()
+    def _cut_partition(self, tp: TP) -> None:
+        """Encode ``tp``'s pending records as its next batch and send it once its previous batch is acknowledged."""
+        topic = tp[0]
+        if topic in self._sticky:  # the next keyless records go to the next partition
+            self._sticky[topic] = (self._sticky[topic] + 1) % self.client.partition_count(topic)
+        pending = self._pending.pop(tp)
+        seq = self._sequence.get(tp, 0)
+        data = encode_batch(pending.records, producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                            base_sequence=seq, transactional=True)  # fmt: skip
+        self._sequence[tp] = seq + len(pending.records)
+        previous = self._inflight.pop(tp, None)
+        if previous is not None:
+            previous.result()  # one batch in flight per partition keeps the sequence order
+        self._inflight[tp] = self._pool.submit(self._send, _Batch(tp, data, len(pending.records)))
 
     def flush(self) -> None:
-        """Send everything appended so far and wait for the acknowledgements."""
-        self._dispatch(self._cut(lambda _p: True))
-        self._wait()
+        """Send everything appended so far and wait for every acknowledgement."""
+        for tp in [tp for tp, p in self._pending.items() if p.records]:
+            self._cut_partition(tp)
+        inflight, self._inflight = self._inflight, {}
+        for fut in inflight.values():
+            fut.result()
 
     # ---- sending -------------------------------------------------------------------------------------
 
-    def _send(self, batches: Sequence[_Batch]) -> None:
-        """Produce ``batches`` (one per partition) until each is acknowledged or fails for good."""
-        remaining = {b.tp: b for b in batches}
+    def _send(self, batch: _Batch) -> None:
+        """Produce ``batch`` until it is acknowledged (the same bytes on every retry) or fails for good."""
         deadline = time.monotonic() + max(60.0, 4 * self.request_timeout_ms / 1000)
         attempt = 0
-        while remaining:
-            by_leader: dict[str, list[_Batch]] = {}
-            errors: list[BrokerError] = []
-            for tp, b in remaining.items():
-                try:
-                    by_leader.setdefault(self.client.leader_url(tp), []).append(b)
-                except BrokerError as exc:
-                    errors.append(exc)
-            results = list(self._pool.map(lambda item: self._produce(*item), by_leader.items()))
-            for done, failed in results:
-                for tp in done:
-                    remaining.pop(tp, None)
-                errors.extend(failed)
-            if not remaining:
+        while True:
+            try:
+                self._produce(self.client.leader_url(batch.tp), batch)
                 return
-            fatal = [e for e in errors if not e.retriable]
-            if fatal or time.monotonic() > deadline:
-                raise (fatal or errors)[0]
+            except BrokerError as exc:
+                if not exc.retriable or time.monotonic() > deadline:
+                    raise
             time.sleep(retry_delay(attempt))
             attempt += 1
 
-    def _produce(self, leader: str, batches: list[_Batch]) -> tuple[list[TP], list[BrokerError]]:
-        """One binary produce request to ``leader``; returns the partitions acknowledged and the errors."""
-        req = ProduceRequest(
-            tuple(ProducePartition(b.tp[0], b.tp[1], b.data) for b in batches),
-            acks=-1,
-            timeout_ms=self.request_timeout_ms,
-            transactional_id=self.tid,
-        )
+    def _produce(self, leader: str, batch: _Batch) -> None:
+        """One binary produce request; raises the partition's error (DUPLICATE_SEQUENCE_NUMBER is success)."""
+        tp = batch.tp
+        req = ProduceRequest((ProducePartition(tp[0], tp[1], batch.data),), acks=-1,
+                             timeout_ms=self.request_timeout_ms, transactional_id=self.tid)  # fmt: skip
         try:
             _ctype, body = _http.request("POST", leader + "/v1/produce", encode_produce_request(req),
                                          content_type=PRODUCE_CONTENT_TYPE,
@@ -208,22 +189,15 @@ class TransactionalWriter:
             parts = json.loads(body)["partitions"]
         except BrokerError as exc:
             parts = exc.extra.get("partitions")
-            if not isinstance(parts, list):
-                for b in batches:
-                    self.client.forget_leader(b.tp)
-                return [], [exc]
-        done: list[TP] = []
-        errors: list[BrokerError] = []
-        for p in parts:
-            tp = (p["topic"], int(p["partition"]))
-            code = ErrorCode.from_name(p.get("error_code") or "NONE")
-            if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
-                done.append(tp)
-                continue
-            if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+            if not isinstance(parts, list) or not parts:
                 self.client.forget_leader(tp)
-            errors.append(BrokerError(code, f"{self.tid} -> {tp[0]}-{tp[1]}: {p.get('message') or code.name}"))
-        return done, errors
+                raise
+        code = ErrorCode.from_name(parts[0].get("error_code") or "NONE")
+        if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
+            return
+        if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+            self.client.forget_leader(tp)
+        raise BrokerError(code, f"{self.tid} -> {tp[0]}-{tp[1]}: {parts[0].get('message') or code.name}")
 
     # ---- ending ----------------------------------------------------------------------------------------
 
