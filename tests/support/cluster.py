@@ -166,8 +166,20 @@ class LocalCluster:
         body: dict[str, Any] = {"name": name, "partitions": partitions, "replication_factor": rf}
         if config:
             body["config"] = config
-        status, res = http("POST", self.url(via) + "/v1/topics", body)
-        assert status == 201, (status, res)
+        retried = False
+
+        def attempt() -> Any:
+            # A controller election right after start answers NOT_CONTROLLER (retriable); a retry
+            # of a create that did land answers TOPIC_ALREADY_EXISTS, which is then success.
+            nonlocal retried
+            status, res = http("POST", self.url(via) + "/v1/topics", body)
+            if status == 201 or (retried and res.get("error_code") == "TOPIC_ALREADY_EXISTS"):
+                return res
+            assert res.get("retriable"), (status, res)
+            retried = True
+            return None
+
+        res = wait_for(attempt, 30, f"topic {name} created")
         self.wait_leaders(name, partitions)
         return res
 
