@@ -13,15 +13,27 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .admin import Admin
     from .aio._batch import DeliveryTimeoutError
+    from .aio._group import ConsumerRebalanceListener
     from .consumer import Consumer
     from .producer import Producer
     from .protocol import BrokerError, ErrorCode
-    from .records import ConsumerRecord, RecordMetadata, TopicPartition
+    from .records import (
+        ConsumerGroupMetadata,
+        ConsumerRecord,
+        OffsetAndMetadata,
+        PreparedTransaction,
+        RecordMetadata,
+        TopicPartition,
+    )
 
 _EXPORTS = {
     "Admin": "clients.admin",
     "BrokerError": "clients.protocol",
     "Consumer": "clients.consumer",
+    "ConsumerGroupMetadata": "clients.records",
+    "ConsumerRebalanceListener": "clients.aio._group",
+    "OffsetAndMetadata": "clients.records",
+    "PreparedTransaction": "clients.records",
     "ConsumerRecord": "clients.records",
     "DeliveryTimeoutError": "clients.aio._batch",
     "ErrorCode": "clients.protocol",
@@ -34,9 +46,13 @@ __all__ = [
     "Admin",
     "BrokerError",
     "Consumer",
+    "ConsumerGroupMetadata",
+    "ConsumerRebalanceListener",
     "ConsumerRecord",
     "DeliveryTimeoutError",
     "ErrorCode",
+    "OffsetAndMetadata",
+    "PreparedTransaction",
     "Producer",
     "RecordMetadata",
     "TopicPartition",
