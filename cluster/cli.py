@@ -397,10 +397,30 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+# ``txbroker bench <scenario>``: the broker scenarios live in cluster/bench.py, the others in their own modules.
+EXTRA_BENCHES = {
+    "clients": "cluster.bench_client_produce",  # Python producer vs JSON over raw HTTP vs the raw ceiling
+    "consume": "cluster.bench_consume",  # consume throughput and end-to-end latency
+    "txn": "cluster.bench_txn",  # transactional overhead, read_committed cost, visibility latency, coordinator failover
+    "copier": "cluster.bench_copier",  # consume-transform-produce throughput, rebalance time
+    "metrics": "cluster.bench_metrics",  # cost of a 1 s Prometheus scrape
+    "spark": "cluster.bench_spark",  # Spark batch read/write vs the Python clients
+}
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    import importlib
+
+    argv = list(args.bench_args)
+    if argv and argv[0] in EXTRA_BENCHES:
+        module = importlib.import_module(EXTRA_BENCHES[argv[0]])
+        rc: int = module.main(argv[1:])
+        return rc
     from .bench import main as bench_main
 
-    return bench_main(args.bench_args)
+    if argv and argv[0] in ("-h", "--help"):
+        print("extra scenarios: " + ", ".join(f"{k} ({v})" for k, v in EXTRA_BENCHES.items()))
+    return bench_main(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
