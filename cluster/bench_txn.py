@@ -395,7 +395,7 @@ def coordinator_failover(cluster: BenchCluster, opts: argparse.Namespace) -> dic
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rounds", type=int, default=3, help="alternating rounds of each comparison")
+    p.add_argument("--rounds", type=int, default=5, help="alternating rounds of each comparison")
     p.add_argument("--duration", type=float, default=8.0, help="measured seconds per produce window")
     p.add_argument("--warmup", type=float, default=2.0)
     p.add_argument("--record-size", type=int, default=1024)
@@ -403,7 +403,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--commit-interval-ms", type=int, default=100)
     p.add_argument("--linger-ms", type=int, default=5)
     p.add_argument("--buffer-memory", type=int, default=4 * 1024 * 1024)
-    p.add_argument("--fill-txns", type=int, default=100, help="transactions in the consume log (10%% aborted)")
+    p.add_argument("--fill-txns", type=int, default=200, help="transactions in the consume log (10%% aborted)")
     p.add_argument("--fill-txn-records", type=int, default=500)
     p.add_argument("--latency-rate", type=int, default=2000, help="records/s of the visibility-latency run")
     p.add_argument("--latency-seconds", type=float, default=10.0)

@@ -349,6 +349,9 @@ class AsyncProducer:
                 raise txn.fail(exc) from exc
             txn.init_failed()  # a timeout, or a configuration the coordinator refuses (INVALID_TRANSACTION_TIMEOUT)
             raise
+        except asyncio.CancelledError:
+            txn.init_failed()
+            raise
         txn.initialized(int(res["producer_id"]), int(res["producer_epoch"]))
         self._acc.reset_after_transaction()
         self._wake.set()
