@@ -48,23 +48,15 @@ from clients.aio.producer import AsyncProducer
 from clients.protocol import BrokerError
 from clients.records import TopicPartition
 
-from .bench import BenchCluster, http_json, machine_info, wait_for
+from .bench import BenchCluster, http_json, machine_info, pct, self_cpu, wait_for
 
 __all__ = ["add_arguments", "run_txn_bench"]
 
 _STAMP = struct.Struct(">q")
 
 
-def _cpu() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
 def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return round(s[min(len(s) - 1, int(q * len(s)))], 1)
+    return round(pct(sorted(values), q), 1) if values else None
 
 
 def _median_run(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
@@ -102,7 +94,7 @@ async def produce_window(
                 continue
             now = time.monotonic()
             if not in_window and now >= t0:
-                in_window, m0, c0, t0 = True, p.metrics(), _cpu(), now
+                in_window, m0, c0, t0 = True, p.metrics(), self_cpu(), now
             if transactional_id is not None and now >= next_commit:
                 started = time.monotonic()
                 await p.commit_transaction()
@@ -111,7 +103,7 @@ async def produce_window(
                 p.begin_transaction()
                 now = time.monotonic()
                 next_commit = now + interval
-        m1, c1, t_end = p.metrics(), _cpu(), time.monotonic()
+        m1, c1, t_end = p.metrics(), self_cpu(), time.monotonic()
         if transactional_id is not None:
             await p.commit_transaction()
         await p.flush()
@@ -189,7 +181,7 @@ async def consume_to_end(urls: list[str], topic: str, partitions: int, isolation
         ends = await c.end_offsets(tps)
         begins = await c.beginning_offsets(tps)
         got = payload = 0
-        t0, c0 = time.perf_counter(), _cpu()
+        t0, c0 = time.perf_counter(), self_cpu()
         while True:
             positions = [await c.position(tp) for tp in tps]
             if all(pos >= ends[tp] for pos, tp in zip(positions, tps, strict=True)):
@@ -197,7 +189,7 @@ async def consume_to_end(urls: list[str], topic: str, partitions: int, isolation
             for r in await c.poll(timeout_ms=1000):
                 got += 1
                 payload += len(r.value or b"")
-        wall, cpu = time.perf_counter() - t0, _cpu() - c0
+        wall, cpu = time.perf_counter() - t0, self_cpu() - c0
     log_offsets = sum(ends[tp] - begins[tp] for tp in tps)
     return {
         "seconds": round(wall, 3),
