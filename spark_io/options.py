@@ -135,7 +135,9 @@ def parse_partition_json(name: str, text: str) -> dict[TP, int]:
 
 def offset_spec(opts: Options, which: str, default: str, *, streaming: bool) -> OffsetSpec:
     """``which`` is ``starting`` or ``ending``. Precedence as in Spark: timestamp, by-timestamp, offsets."""
-    missing = (opts.get(f"{which}OffsetsByTimestampStrategy") or "error").lower()
+    # Kafka: a starting time with no record that new fails unless the strategy says latest; an ending
+    # time with no record that new means the latest offset.
+    missing = (opts.get(f"{which}OffsetsByTimestampStrategy") or ("error" if which == "starting" else "latest")).lower()
     if missing not in ("error", "latest"):
         raise bad(f"{which}OffsetsByTimestampStrategy", "must be error or latest")
     ts = opts.optional_integer(f"{which}Timestamp")

@@ -126,6 +126,8 @@ def test_starting_offsets_by_timestamp(spark, shared_cluster):
     by_ts = json.dumps({"ts": {"0": 1000, "1": 4000}})
     rows = _read(spark, c, subscribe="ts", startingOffsetsByTimestamp=by_ts, endingTimestamp="4000")
     assert sorted(r.value for r in rows) == [b"t0-1000", b"t0-2000", b"t0-3000"]
+    rows = _read(spark, c, subscribe="ts", startingTimestamp="3500", endingTimestamp="99999")  # no record: latest
+    assert sorted(r.value for r in rows) == [b"t0-4000", b"t1-4000"]
     with pytest.raises(Exception, match="no record at or after timestamp"):
         _read(spark, c, subscribe="ts", startingTimestamp="9000")
     assert _read(spark, c, subscribe="ts", startingTimestamp="9000", startingOffsetsByTimestampStrategy="latest") == []
