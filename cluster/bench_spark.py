@@ -45,26 +45,6 @@ WRITE_TOPIC = "spark-bench-out"
 READ_TARGET_MB_S = 100.0
 
 
-def _spark_session(master: str) -> Any:
-    """A SparkSession whose Python workers run this interpreter and can import spark_io (before the JVM starts)."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("txbroker-bench-spark")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
 def _offsets_json(offsets: dict[tuple[str, int], int]) -> str:
     doc: dict[str, dict[str, int]] = {}
     for (t, p), off in offsets.items():
@@ -162,7 +142,9 @@ def run_spark_bench(
 
     base = asyncio.run(fill_and_consume())
     start, end = base["start"], base["end"]
-    spark = _spark_session(master)
+    from spark_io.session import local_session
+
+    spark = local_session(master, "txbroker-bench-spark", **{"spark.driver.memory": "2g"})
     try:
         warm = {tp: max(start[tp], end[tp] - 100) for tp in start}
         _spark_read(spark, urls, warm, end, None)  # starts the Python workers

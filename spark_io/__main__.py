@@ -8,7 +8,6 @@ what it found. Needs the ``spark`` extra and Java 17+.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import uuid
@@ -31,14 +30,9 @@ def main(argv: list[str] | None = None) -> int:
         if exc.error_code is not ErrorCode.TOPIC_ALREADY_EXISTS:
             raise
     admin.wait_for_leaders(args.topic)
-    # Spark's Python workers must run this interpreter and import this package.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    os.environ["PYTHONPATH"] = os.pathsep.join(x for x in (here, os.environ.get("PYTHONPATH", "")) if x)
-    from pyspark.sql import SparkSession
+    from .session import local_session
 
-    spark = SparkSession.builder.master(args.master).appName("txbroker-spark-demo").getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session(args.master, "txbroker-spark-demo")
     try:
         write_id = f"demo-{uuid.uuid4().hex[:8]}"
         df = spark.range(args.rows).selectExpr(f"concat('{write_id}-', CAST(id AS STRING)) AS value")
