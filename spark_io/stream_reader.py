@@ -29,6 +29,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import quote
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -162,7 +163,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         body = {"offsets": [{"topic": t, "partition": int(p), "offset": int(off), "metadata": "spark"}
                             for t, parts in end.items() for p, off in parts.items()]}  # fmt: skip
         try:
-            self.client.coordinator_call(f"/v1/groups/{group}/offsets", body, "commit group offsets", deadline_s=5)
+            self.client.coordinator_call(f"/v1/groups/{quote(group, safe='')}/offsets", body, "commit group offsets",
+                                         deadline_s=5)  # fmt: skip
         except BrokerError as exc:
             if exc.error_code in (ErrorCode.UNKNOWN_SERVER_ERROR, ErrorCode.INVALID_REQUEST):
                 self._group_commits = False  # this broker has no group offsets yet: stop trying

@@ -121,6 +121,7 @@ def test_available_now_with_sink_id_survives_a_lost_checkpoint(spark, shared_clu
             .option("subscribe", "anow-in")
             .option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", "50")
+            .option("groupId", "anow-lag")
             .load()
             .writeStream.format("txbroker")
             .option("bootstrap", c.url(2))
@@ -138,6 +139,13 @@ def test_available_now_with_sink_id_survives_a_lost_checkpoint(spark, shared_clu
             q.stop()
         shutil.rmtree(ckpt)
         assert sorted(committed_values(c, "anow-out", 2)) == sorted(vals)
+    # The source committed its progress to the consumer group (lag monitoring only; Spark's checkpoint
+    # owns the offsets): at least the batches before the last one, never past the end.
+    status, res = http("GET", f"{c.url(3)}/v1/groups/anow-lag/offsets")
+    assert status == 200, res
+    committed = {o["partition"]: o["offset"] for o in res["offsets"] if o["topic"] == "anow-in"}
+    assert set(committed) == {0, 1} and sum(sizes[:2]) <= sum(committed.values()) <= 120, (committed, sizes)
+    assert committed[0] <= 70 and committed[1] <= 50
 
 
 def test_admission_control_limits(shared_cluster):
