@@ -4,8 +4,12 @@ Starts 3 node processes on loopback, creates a topic with 3 partitions replicate
 3 ways, produces with an idempotent producer and fetches over HTTP, SIGKILLs the
 leader of a partition while writing and measures the failover, restarts the
 killed node and watches it catch up, restarts the whole cluster and checks that
-every acknowledged record is still there exactly once. Prints what happened and
-stops every process it started.
+every acknowledged record is still there exactly once. In between it shows the
+exactly-once features (``ops/demo_eos.py``): the Python Producer/Consumer, a
+transaction committed and one aborted (read_committed vs read_uncommitted), the
+transactional consume-transform-produce copier, a Spark batch read and an
+exactly-once Spark write (when pyspark is installed), and the metrics. Prints
+what happened and stops every process it started.
 
     python ops/demo.py [--dir DIR] [--records N] [--keep]
 """
@@ -26,6 +30,9 @@ from typing import Any
 from clients._http import request_json
 from clients.protocol import BrokerError
 from cluster.config import free_ports, make_cluster_configs, write_configs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import demo_eos as eos
 
 RETRIABLE_WAIT = 0.05
 
@@ -224,6 +231,14 @@ def run(args: argparse.Namespace) -> int:
                 time.sleep(0.1)
         say(f"   node {victim} caught up on all 3 partitions in {time.monotonic() - t0:.1f}s")
 
+        if not args.basic:
+            bootstrap = ",".join(demo.url(n) for n in (1, 2, 3))
+            eos.stage_clients(bootstrap, say)
+            eos.stage_transactions(bootstrap, say)
+            eos.stage_copier(bootstrap, say)
+            eos.stage_spark(bootstrap, say, directory)
+            eos.stage_metrics([demo.url(n) for n in (1, 2, 3)], say, Path(__file__).resolve().parent.parent)
+
         say("== stopping the whole cluster (SIGTERM) and starting it again")
         demo.stop_all()
         for n in (1, 2, 3):
@@ -252,6 +267,7 @@ def main() -> int:
     ap.add_argument("--dir", help="cluster directory (default: a temporary one, removed afterwards)")
     ap.add_argument("--records", type=int, default=3000)
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--basic", action="store_true", help="only the replication part (no clients/txn/copier/Spark)")
     return run(ap.parse_args())
 
 

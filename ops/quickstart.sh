@@ -2,9 +2,11 @@
 # Install txbroker and run the main job: a local 3-node cluster, a topic with 3
 # partitions replicated 3 ways, produce and fetch over HTTP, a leader killed with
 # SIGKILL while writing, restarted and caught up, then a full restart with every
-# acknowledged record still there. Prints what happened; cleans up after itself.
+# acknowledged record still there; in between the Python clients, a committed and an
+# aborted transaction, the transactional copier, a Spark read and exactly-once write
+# (needs Java 17) and the metrics. Prints what happened; cleans up after itself.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-TXBROKER_EXTRAS="${TXBROKER_EXTRAS:-dev}" source "$ROOT/ops/bootstrap.sh"
+TXBROKER_EXTRAS="${TXBROKER_EXTRAS:-dev,spark}" source "$ROOT/ops/bootstrap.sh"
 exec python "$ROOT/ops/demo.py" "$@"
