@@ -4,7 +4,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-TXBROKER_EXTRAS="${TXBROKER_EXTRAS:-dev}" source "$ROOT/ops/bootstrap.sh"
+TXBROKER_EXTRAS="${TXBROKER_EXTRAS:-dev,spark}" source "$ROOT/ops/bootstrap.sh"
 # Debian's prometheus package brings prometheus and promtool for the observability tests
 # (tests/integration/test_prometheus.py, tests/unit/test_alert_rules.py); CI machines are fresh.
 if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
