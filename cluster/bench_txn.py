@@ -136,7 +136,9 @@ async def produce_comparison(urls: list[str], opts: argparse.Namespace) -> dict[
             runs[mode].append(got[mode])
         ratios.append(got["transactional"]["records_per_s"] / max(1, got["idempotent"]["records_per_s"]))
     ratio = statistics.median(ratios)
+    totals = [sum(x["records_per_s"] for x in runs[m]) for m in ("transactional", "idempotent")]
     return {
+        "ratio_of_totals": round(totals[0] / max(1, totals[1]), 3),
         "idempotent": {**_median_run(runs["idempotent"], "records_per_s"),
                        "records_per_s_all_rounds": [x["records_per_s"] for x in runs["idempotent"]]},
         "transactional": {**_median_run(runs["transactional"], "records_per_s"),
