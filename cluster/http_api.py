@@ -142,17 +142,23 @@ class Api:
         leader_url = exc.extra.get("leader_url")
         if request.headers.get(FORWARDED_HEADER) or not leader_url or self._session is None:
             raise exc
+        return await self.proxy(request, str(leader_url), raw, ErrorCode.NOT_CONTROLLER)
+
+    async def proxy(self, request: web.Request, url: str, raw: bytes, unreachable: ErrorCode) -> web.Response:
+        """Send ``request`` once to the node at ``url`` (marked forwarded, so it is never proxied again)."""
+        if self._session is None:
+            raise BrokerError(unreachable, "node is starting")
         try:
             async with self._session.request(
                 request.method,
-                leader_url + request.rel_url.path_qs,
+                url + request.rel_url.path_qs,
                 data=raw,
                 headers={FORWARDED_HEADER: "1", "Content-Type": "application/json"},
             ) as resp:
                 body = await resp.read()
                 return web.Response(body=body, status=resp.status, content_type="application/json")
         except (aiohttp.ClientError, TimeoutError) as e:
-            raise BrokerError(ErrorCode.NOT_CONTROLLER, f"controller leader unreachable: {e}") from e
+            raise BrokerError(unreachable, f"{url} unreachable: {e}") from e
 
     def require_internal(self, request: web.Request) -> None:
         signature = request.headers.get(AUTH_HEADER)

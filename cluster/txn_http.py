@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 from aiohttp import web
 
 from clients.protocol import BrokerError, ControlType, ErrorCode
@@ -116,20 +115,7 @@ class TxnRoutes:
             return await self._proxy(request, str(url), raw)
 
     async def _proxy(self, request: web.Request, url: str, raw: bytes) -> web.Response:
-        session = self.api._session
-        if session is None:
-            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "node is starting")
-        try:
-            async with session.request(
-                request.method,
-                url + request.rel_url.path_qs,
-                data=raw,
-                headers={FORWARDED_HEADER: "1", "Content-Type": "application/json"},
-            ) as resp:
-                body = await resp.read()
-                return web.Response(body=body, status=resp.status, content_type="application/json")
-        except (aiohttp.ClientError, TimeoutError) as e:
-            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"coordinator unreachable: {e}") from e
+        return await self.api.proxy(request, url, raw, ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
     async def _body(self, request: web.Request) -> tuple[bytes, dict[str, Any]]:
         raw = await request.read()

@@ -248,6 +248,10 @@ class TransactionService:
             raise result
         return result
 
+    async def _propose(self, part: TxnPartition, command: type[Command], **fields: Any) -> Any:
+        """Submit ``command(**fields)`` stamped with the leader's clock and term (``_submit``)."""
+        return await self._submit(part, lambda now, cepoch: command(now_ms=now, coordinator_epoch=cepoch, **fields))
+
     def _not_coordinator(self, partition: int) -> BrokerError:
         try:
             self.groups.leading(partition)
@@ -304,16 +308,13 @@ class TransactionService:
                 raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic} has no partition {tp.partition}")
         part = self.leading(transactional_id)
         before = part.sm.get(transactional_id)
-        result = await self._submit(
+        result = await self._propose(
             part,
-            lambda now, cepoch: AddPartitions(
-                transactional_id=transactional_id,
-                producer_id=producer_id,
-                producer_epoch=producer_epoch,
-                partitions=tps,
-                now_ms=now,
-                coordinator_epoch=cepoch,
-            ),
+            AddPartitions,
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            partitions=tps,
         )
         assert isinstance(result, AddPartitionsResult), result
         if before is None or before.state not in OPEN_STATES:
@@ -323,17 +324,14 @@ class TransactionService:
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> EndTxnResult:
         part = self.leading(transactional_id)
         candidate = await self._candidate(part.sm.get(transactional_id))
-        result = await self._submit(
+        result = await self._propose(
             part,
-            lambda now, cepoch: EndTxn(
-                transactional_id=transactional_id,
-                producer_id=producer_id,
-                producer_epoch=producer_epoch,
-                commit=commit,
-                now_ms=now,
-                coordinator_epoch=cepoch,
-                producer_id_candidate=candidate,
-            ),
+            EndTxn,
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            commit=commit,
+            producer_id_candidate=candidate,
         )
         assert isinstance(result, EndTxnResult), result
         if result.markers is not None:
@@ -344,49 +342,40 @@ class TransactionService:
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str | None = None
     ) -> PrepareResult:
         part = self.leading(transactional_id)
-        result = await self._submit(
+        result = await self._propose(
             part,
-            lambda now, cepoch: Prepare(
-                transactional_id=transactional_id,
-                producer_id=producer_id,
-                producer_epoch=producer_epoch,
-                now_ms=now,
-                coordinator_epoch=cepoch,
-                group_id=group_id,
-            ),
+            Prepare,
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            group_id=group_id,
         )
         assert isinstance(result, PrepareResult), result
         return result
 
     async def bind_prepared(self, member: GroupMember, group_id: str) -> None:
         part = self.leading(member.transactional_id)
-        await self._submit(
+        await self._propose(
             part,
-            lambda now, cepoch: BindPrepared(
-                transactional_id=member.transactional_id,
-                producer_id=member.producer_id,
-                producer_epoch=member.producer_epoch,
-                group_id=group_id,
-                now_ms=now,
-                coordinator_epoch=cepoch,
-            ),
+            BindPrepared,
+            transactional_id=member.transactional_id,
+            producer_id=member.producer_id,
+            producer_epoch=member.producer_epoch,
+            group_id=group_id,
         )
 
     async def resolve_prepared(self, member: GroupMember, group_id: str, commit: bool) -> EndTxnResult:
         part = self.leading(member.transactional_id)
         candidate = await self._candidate(None, always=True)
-        result = await self._submit(
+        result = await self._propose(
             part,
-            lambda now, cepoch: ResolvePrepared(
-                transactional_id=member.transactional_id,
-                producer_id=member.producer_id,
-                producer_epoch=member.producer_epoch,
-                group_id=group_id,
-                commit=commit,
-                now_ms=now,
-                coordinator_epoch=cepoch,
-                producer_id_candidate=candidate,
-            ),
+            ResolvePrepared,
+            transactional_id=member.transactional_id,
+            producer_id=member.producer_id,
+            producer_epoch=member.producer_epoch,
+            group_id=group_id,
+            commit=commit,
+            producer_id_candidate=candidate,
         )
         assert isinstance(result, EndTxnResult), result
         if result.markers is not None:
@@ -421,11 +410,12 @@ class TransactionService:
         if existing is None and commit:
             # Readiness: every member is Prepared and bound to this group on its own partition.
             await asyncio.gather(*(self._on_member(m, "bind", group_id=group_id) for m in members))
-        result = await self._submit(
+        result = await self._propose(
             part,
-            lambda now, cepoch: DecideGroup(
-                group_id=group_id, commit=commit, members=tuple(sorted(members)), now_ms=now, coordinator_epoch=cepoch
-            ),
+            DecideGroup,
+            group_id=group_id,
+            commit=commit,
+            members=tuple(sorted(members)),
         )
         assert isinstance(result, GroupDecisionResult), result
         decision = result.decision
@@ -471,14 +461,11 @@ class TransactionService:
             else:
                 return
             with contextlib.suppress(BrokerError):
-                await self._submit(
+                await self._propose(
                     part,
-                    lambda now, cepoch: GroupMemberDone(
-                        group_id=decision.group_id,
-                        transactional_id=member.transactional_id,
-                        now_ms=now,
-                        coordinator_epoch=cepoch,
-                    ),
+                    GroupMemberDone,
+                    group_id=decision.group_id,
+                    transactional_id=member.transactional_id,
                 )
 
         await asyncio.gather(*(one(m) for m in decision.pending))
@@ -593,16 +580,13 @@ class TransactionService:
         attempt = 0
         while still_leading():
             try:
-                result = await self._submit(
+                result = await self._propose(
                     part,
-                    lambda now, cepoch: CompleteTxn(
-                        transactional_id=plan.transactional_id,
-                        producer_id=plan.producer_id,
-                        producer_epoch=plan.producer_epoch,
-                        commit=plan.commit,
-                        now_ms=now,
-                        coordinator_epoch=cepoch,
-                    ),
+                    CompleteTxn,
+                    transactional_id=plan.transactional_id,
+                    producer_id=plan.producer_id,
+                    producer_epoch=plan.producer_epoch,
+                    commit=plan.commit,
                 )
             except BrokerError as exc:
                 if exc.retriable:
