@@ -5,12 +5,12 @@ The Spark job runs with ``_test.handoffCommit``: its ``commit`` writes the
 members it would commit to a manifest instead (the state a driver is in just
 before its commit call: every task's transaction prepared, nothing visible).
 "The driver" is then ``python -m spark_io.commit MANIFEST`` -- the same commit
-code -- in a subprocess. The leader of one output partition is stopped first,
-so that partition's COMMIT markers cannot be written; once another partition
-shows the job's rows (the decision is recorded and its markers are being
-written) the driver is SIGKILLed, before it got an answer, and the stopped
-node is SIGKILLed and restarted. Recovery must then make all of the job's
-output visible, none of it twice.
+code -- in a subprocess. A node leading some output partitions is stopped
+first, so their COMMIT markers cannot be written; once another partition shows
+the job's rows (the decision is recorded and its markers are being written)
+the driver is SIGKILLed, before it got an answer, and the stopped node is
+SIGKILLed and restarted. Recovery must then make all of the job's output
+visible, none of it twice.
 """
 
 from __future__ import annotations
@@ -31,31 +31,39 @@ from tests.support.cluster import REPO, http, wait_for
 pytestmark = [pytest.mark.spark, pytest.mark.fault]
 
 ROWS = 3000
+PARTS = 6
+
+
+def _coordinator(c: Any, key: str) -> int:
+    status, res = http("GET", c.url(1) + f"/v1/coordinators/transaction/{key}")
+    assert status == 200, res
+    return int(res["node_id"])
 
 
 def test_driver_killed_between_decision_and_markers(spark: Any, make_cluster: Any, tmp_path: Path) -> None:
     c = make_cluster(3)
-    c.create_topic("dk", partitions=3)
+    c.create_topic("dk", partitions=PARTS)
     manifest = tmp_path / "commit.json"
-    df = spark.range(0, ROWS, 1, 4).selectExpr("CAST(id AS STRING) AS value", "CAST(id % 3 AS INT) AS partition")
+    df = spark.range(0, ROWS, 1, 2).selectExpr("CAST(id AS STRING) AS value", f"CAST(id % {PARTS} AS INT) AS partition")
     (df.write.format("txbroker").option("bootstrap", ",".join(c.urls)).option("topic", "dk")
      .option("writeId", "dk-job").option("_test.handoffCommit", str(manifest)).mode("append").save())  # fmt: skip
     doc = json.loads(manifest.read_text())
-    assert len(doc["members"]) == 4
-    assert committed_values(c, "dk", 3) == []  # prepared, invisible
+    assert len(doc["members"]) == 2
+    assert committed_values(c, "dk", PARTS) == []  # prepared, invisible
     assert {t["state"] for t in open_transactions(c, "dk-job:")} == {"Prepared"}
 
-    status, coord = http("GET", c.url(1) + "/v1/coordinators/transaction/dk-job")
-    assert status == 200, coord
-    # Stop a node that leads an output partition but does not coordinate the group, while another
-    # partition's leader stays up (leaders spread out once the preferred replicas have taken over).
-    def spread() -> dict[int, int] | None:
-        leaders = c.wait_leaders("dk", 3)
-        return leaders if len(set(leaders.values())) > 1 else None
+    # The node to stop must lead output partitions but take no part in the decision: it coordinates
+    # neither a member nor the group (a stopped coordinator would only delay the decision by the
+    # broker's forwarding timeout). The members are not bound yet, so the group may be any name:
+    # pick one whose coordinator is a member's.
+    def all_lead() -> dict[int, int] | None:
+        leaders = c.wait_leaders("dk", PARTS)
+        return leaders if set(leaders.values()) == {1, 2, 3} else None
 
-    leaders = wait_for(spread, 60, "partition leaders on more than one node")
-    victim = next(n for n in sorted(set(leaders.values())) if n != coord["node_id"])
-    stopped_p = next(p for p, n in leaders.items() if n == victim)
+    leaders = wait_for(all_lead, 60, "every node leading some partition of dk")
+    needed = {_coordinator(c, m["transactional_id"]) for m in doc["members"]}
+    doc["group"] = next(g for g in (f"dk-job-{i}" for i in range(500)) if _coordinator(c, g) in needed)
+    victim = min({1, 2, 3} - needed)
     visible_p = next(p for p, n in leaders.items() if n != victim)
     doc["bootstrap"] = ",".join(u for i, u in enumerate(c.urls, 1) if i != victim)
     manifest.write_text(json.dumps(doc))
@@ -67,7 +75,7 @@ def test_driver_killed_between_decision_and_markers(spark: Any, make_cluster: An
     try:
 
         def decided() -> bool:
-            leader = c.leader("dk", visible_p, via=coord["node_id"])
+            leader = c.leader("dk", visible_p, via=min(needed))
             if leader is None or leader == victim:
                 return False
             status, res = http("GET", f"{c.url(leader)}/v1/topics/dk/partitions/{visible_p}/records"
@@ -75,6 +83,7 @@ def test_driver_killed_between_decision_and_markers(spark: Any, make_cluster: An
             return status == 200 and len(res["records"]) > 0
 
         wait_for(decided, 60, f"the job's rows visible on partition {visible_p} (the decision is recorded)")
+        # The stopped node's partitions cannot have their COMMIT markers yet, and the driver has no answer.
         assert driver.poll() is None, "the driver got its answer before it was killed"
         driver.send_signal(signal.SIGKILL)
         driver.wait(10)
@@ -89,14 +98,15 @@ def test_driver_killed_between_decision_and_markers(spark: Any, make_cluster: An
     c.wait_ready()
 
     def all_visible() -> list[bytes] | None:
-        values = committed_values(c, "dk", 3)
+        values = committed_values(c, "dk", PARTS)
         return values if len(values) >= ROWS else None
 
     values = wait_for(all_visible, 90, "all of the job's rows visible after recovery")
     assert sorted(int(v) for v in values) == list(range(ROWS))  # all of it, none twice
-    wait_stable(c, "dk", 3)
+    wait_stable(c, "dk", PARTS)
     assert open_transactions(c, "dk-job:") == []
-    assert {int(v) % 3 for p, _o, v in committed_records(c, "dk", 3) if p == stopped_p} == {stopped_p}
+    by_partition = {p for p, _o, v in committed_records(c, "dk", PARTS) if int(v) % PARTS == p}
+    assert by_partition == set(range(PARTS))
 
 
 def test_write_and_read_survive_a_partition_leader_kill(spark: Any, make_cluster: Any) -> None:
