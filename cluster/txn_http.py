@@ -377,7 +377,11 @@ class TxnRoutes:
         group = parsing.get_str(body, "group_id", max_len=MAX_ID_BYTES)
         assert group is not None
         decision = await self.txn.group_commit(group, [], _bool(body, "commit"))
-        return web.json_response({"committed": decision.commit})
+        members = [
+            {"transactional_id": m.transactional_id, "producer_id": m.producer_id, "producer_epoch": m.producer_epoch}
+            for m in decision.members
+        ]
+        return web.json_response({"committed": decision.commit, "members": members})
 
     async def internal_list(self, request: web.Request) -> web.Response:
         body = await self._internal_body(request)

@@ -471,10 +471,23 @@ class TransactionService:
         await asyncio.gather(*(one(m) for m in decision.pending))
 
     async def _orphan_group_abort(self, meta: TransactionMetadata) -> None:
-        """A group-bound prepared txn must end without a decision: propose ABORT for its group."""
+        """A group-bound prepared txn must end: propose ABORT for its group, then resolve it by the decision.
+
+        The decision is write-once: if the group was decided before (possibly
+        COMMIT, possibly without this member), that decision comes back and
+        decides this member's fate (``member_commits``) -- a bound member that
+        is not listed in a COMMIT decision is aborted, so it never pins the LSO.
+        """
         group_id = meta.group_id
         assert group_id is not None
-        await self._on_group(group_id, commit=False)
+        commit, members = await self._on_group(group_id, commit=False)
+        member = GroupMember(meta.transactional_id, meta.producer_id, meta.producer_epoch)
+        try:
+            await self._on_member(member, "resolve", group_id=group_id, commit=commit and member in members)
+        except BrokerError as exc:
+            if exc.error_code not in (ErrorCode.INVALID_TXN_STATE, ErrorCode.PRODUCER_FENCED):
+                raise
+            log.info("group %s member %s already resolved: %s", group_id, member.transactional_id, exc)
 
     # ---- calls that may cross nodes -------------------------------------------------------------
 
@@ -496,13 +509,16 @@ class TransactionService:
         }
         await self._remote(p, f"/v1/internal/txn/{op}", body)
 
-    async def _on_group(self, group_id: str, commit: bool) -> None:
+    async def _on_group(self, group_id: str, commit: bool) -> tuple[bool, set[GroupMember]]:
+        """Propose ``commit`` for the group (write-once) on its coordinator; the recorded decision."""
         p = self.partition_for(group_id)
         local = self.groups.local.get(p)
         if local is not None and local.group.is_leader():
-            await self.group_commit(group_id, [], commit)
-            return
-        await self._remote(p, "/v1/internal/txn/decide", {"group_id": group_id, "commit": commit})
+            decision = await self.group_commit(group_id, [], commit)
+            return decision.commit, set(decision.members)
+        body = await self._remote(p, "/v1/internal/txn/decide", {"group_id": group_id, "commit": commit})
+        members = {GroupMember(m["transactional_id"], m["producer_id"], m["producer_epoch"]) for m in body["members"]}
+        return bool(body["committed"]), members
 
     async def _remote(self, partition: int, path: str, body: dict[str, Any]) -> Any:
         node = self.groups.leader_id(partition)

@@ -319,3 +319,24 @@ def test_txn_cli_lists_describes_and_aborts_a_hanging_transaction(make_cluster):
     wait_for(lambda: fetch(c, "hang", 0, "read_committed")["last_stable_offset"] == 2, 15, "LSO released")
     assert values(fetch(c, "hang", 0, "read_committed")) == []
     assert "tx-hanging" not in cli("txn", "list", "--state", "Ongoing")
+
+
+def test_bound_member_left_out_of_a_commit_decision_is_aborted_when_aborted(make_cluster):
+    # A prepared txn bound to group G but not listed in G's COMMIT decision must not stay Prepared
+    # (it would pin the LSO forever): aborting it resolves it by the recorded decision -> abort.
+    c = make_cluster()
+    c.create_topic("orphan", partitions=2, rf=3)
+    c.wait_leaders("orphan", 2)
+    a, b = TxnWriter(c, "job-9-a"), TxnWriter(c, "job-9-b")
+    for i, w in enumerate((a, b)):
+        assert w.send("orphan", i, [w.tid.encode()])[0] == 200
+        body = {"producer_id": w.pid, "producer_epoch": w.epoch, "group_id": "job-9"}
+        call(c, "POST", f"/v1/transactions/{w.tid}/prepare", body)
+    members = [{"transactional_id": a.tid, "producer_id": a.pid, "producer_epoch": a.epoch}]
+    assert call(c, "POST", "/v1/transaction-groups/job-9/end", {"commit": True, "members": members})["committed"]
+    wait_for(lambda: values(fetch(c, "orphan", 0, "read_committed")) == [b"job-9-a"], 15, "member a committed")
+    assert fetch(c, "orphan", 1, "read_committed")["last_stable_offset"] == 0  # b still prepared, pinning
+    call(c, "POST", f"/v1/transactions/{b.tid}/abort", {}, via=3)
+    wait_for(lambda: fetch(c, "orphan", 1, "read_committed")["last_stable_offset"] == 2, 15, "b aborted, LSO free")
+    assert values(fetch(c, "orphan", 1, "read_committed")) == []
+    assert call(c, "GET", f"/v1/transactions/{b.tid}")["state"] == "CompleteAbort"
