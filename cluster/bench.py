@@ -631,9 +631,10 @@ def scenario_produce(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[s
     res["ratio_vs_bare_pysyncobj"] = round(wire / bare["mb_per_s"], 3) if bare.get("mb_per_s") else None
     res["ratio_vs_raft_layer"] = round(wire / layer["mb_per_s"], 3) if layer.get("mb_per_s") else None
     res["ratio_vs_rocksdict_put"] = round(wire / rocks["raw_put_mb_per_s"], 3)
-    res["targets"] = {
+    res["targets"] = {  # the raft layer runs the broker's own transport and settings: the honest ratio
         ">=25MB/s": res["mb_per_s"] >= 25,
-        ">=70%_of_bare": (res["ratio_vs_bare_pysyncobj"] or 0) >= 0.7,
+        ">=70%_of_raft_layer": (res["ratio_vs_raft_layer"] or 0) >= 0.7,
+        ">=70%_of_stock_pysyncobj": (res["ratio_vs_bare_pysyncobj"] or 0) >= 0.7,
     }
     res.pop("_extra", None)
     return res

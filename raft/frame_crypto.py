@@ -45,6 +45,7 @@ _KDF_SALT = b"txbroker raft transport v2"
 _KDF_ITERATIONS = 200_000
 _SESSION_LABEL = b"txbroker raft session v2\x00"
 _MAX_COUNTER = (1 << 96) - 1
+_HAS_ENCRYPT_INTO = hasattr(AESGCM, "encrypt_into")
 
 
 class FrameAuthError(Exception):
@@ -92,10 +93,13 @@ class FrameCipher:
         self._send_seq = seq + 1
         body_len = len(plaintext) + TAG_BYTES
         header = FRAME_HEADER.pack(body_len)
+        nonce = seq.to_bytes(12, "big")
+        if not _HAS_ENCRYPT_INTO:  # cryptography < 45: one more copy
+            return bytearray(header + self._send.encrypt(nonce, plaintext, header))
         out = bytearray(FRAME_HEADER.size + body_len)
         out[: FRAME_HEADER.size] = header
         with memoryview(out) as view, view[FRAME_HEADER.size :] as body:
-            self._send.encrypt_into(seq.to_bytes(12, "big"), plaintext, header, body)
+            self._send.encrypt_into(nonce, plaintext, header, body)
         return out
 
     def open(self, body: bytes | bytearray | memoryview) -> bytes:

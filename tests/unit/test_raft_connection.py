@@ -396,3 +396,14 @@ def test_unsent_tail_waits_for_writability() -> None:
     accept, message = [bytes(f) for f in iter(buf.next_frame, None)]
     assert a.dialer.open(accept) == ACCEPT_MESSAGE
     assert pickle.loads(a.dialer.open(message)) == b"z" * 1000
+
+
+def test_frames_are_identical_without_encrypt_into(monkeypatch: pytest.MonkeyPatch) -> None:
+    import raft.frame_crypto as frame_crypto
+
+    nd, na = new_nonce(), new_nonce()
+    key = cluster_key(SECRET)
+    fast = FrameCipher(key, GROUP, nd, na, dialer=True).seal(b"payload" * 100)
+    monkeypatch.setattr(frame_crypto, "_HAS_ENCRYPT_INTO", False)
+    slow = FrameCipher(key, GROUP, nd, na, dialer=True).seal(b"payload" * 100)
+    assert fast == slow
