@@ -462,7 +462,11 @@ def main_copy(config: CopierConfig) -> int:
     """The ``txbroker copy`` command: 0 when done or stopped, 1 when fatal (fenced)."""
     try:
         stats = run_copier(config, handle_signals=True)
-    except FatalCopierError as exc:
+    except (FatalCopierError, BrokerError) as exc:
+        # A fenced producer may surface from any producer call (send, begin, commit), not only from
+        # the abort path that wraps it: every fatal end prints the Fatal line (Kafka's copier dies too).
+        if isinstance(exc, BrokerError) and exc.error_code not in FATAL:
+            raise
         print_json({"stage": "Fatal", "transactional_id": config.transactional_id, "error": str(exc)})
         print(f"error: {exc}", file=sys.stderr)
         return 1
