@@ -37,8 +37,6 @@ import threading
 from collections.abc import Callable, Collection, Iterator
 from typing import Any, BinaryIO
 
-import crc32c
-
 from clients.protocol import BrokerError, ErrorCode
 from coordinator import group_rules
 from coordinator.codec import decode_record, encode_record, get_int
@@ -68,7 +66,7 @@ from coordinator.group_metadata import (
 )
 from coordinator.group_rules import GroupsChange, GroupsResult
 from coordinator.metadata import TopicPartition
-from raft.state_machine import NOOP_COMMAND
+from coordinator.sm_support import SNAPSHOT_HEAD, guarded_apply, open_snapshot, seal_snapshot
 from storage.store import NodeStore
 
 __all__ = ["GroupStateMachine"]
@@ -83,7 +81,6 @@ _PRODUCER = b"F"
 _HEADER_VERSION = 1
 _SNAPSHOT_MAGIC = b"GRCO"
 _SNAPSHOT_VERSION = 1
-_SNAPSHOT_HEAD = struct.Struct(">4sBqqI")  # magic, version, last_applied, coordinator epoch, entry count
 _ENTRY_HEAD = struct.Struct(">II")  # key length, value length
 _CRC = struct.Struct(">I")
 _U16 = struct.Struct(">H")
@@ -295,35 +292,24 @@ class GroupStateMachine:
         return self._coordinator_epoch
 
     def apply(self, index: int, command: bytes) -> ApplyResult:
-        if index <= self._last_applied:
-            return None
-        try:
-            if command[:1] == NOOP_COMMAND:
-                self._write(index, self._coordinator_epoch, None)
-                return None
-            try:
-                cmd = decode_group_command(command)
-            except CommandDecodeError as exc:
-                self._write(index, self._coordinator_epoch, None)
-                return BrokerError(ErrorCode.INVALID_REQUEST, f"{self.name}: {exc}")
-            if cmd.coordinator_epoch < self._coordinator_epoch:
-                self._write(index, self._coordinator_epoch, None)
-                return BrokerError(
-                    ErrorCode.NOT_COORDINATOR,
-                    f"{self.name}: coordinator epoch {cmd.coordinator_epoch} is older than {self._coordinator_epoch}",
-                )
-            change = _run_rule(self._state, cmd, index)
-            self._write(index, max(self._coordinator_epoch, cmd.coordinator_epoch), change)
-            if isinstance(change.result, group_rules.GroupStored) and self.on_group_stored is not None:
-                self.on_group_stored(change.result.metadata)
-            return change.result
-        except Exception as exc:  # a raise here would wedge the group on every replica
-            log.exception("%s: apply failed at index %d", self.name, index)
-            try:
-                self._write(index, self._coordinator_epoch, None)
-            except Exception:
-                log.exception("%s: could not record index %d", self.name, index)
-            return BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{self.name}: apply failed: {exc}")
+        result: ApplyResult = guarded_apply(
+            self.name,
+            index,
+            command,
+            last_applied=self._last_applied,
+            coordinator_epoch=self._coordinator_epoch,
+            decode=decode_group_command,
+            record=lambda i: self._write(i, self._coordinator_epoch, None),
+            run=self._apply_command,
+        )
+        return result
+
+    def _apply_command(self, index: int, cmd: Any) -> ApplyResult:
+        change = _run_rule(self._state, cmd, index)
+        self._write(index, max(self._coordinator_epoch, cmd.coordinator_epoch), change)
+        if isinstance(change.result, group_rules.GroupStored) and self.on_group_stored is not None:
+            self.on_group_stored(change.result.metadata)
+        return change.result
 
     def _write(self, index: int, cepoch: int, change: GroupsChange | None) -> None:
         """The header and the change's keys in one WriteBatch, then publish the change."""
@@ -364,14 +350,9 @@ class GroupStateMachine:
         """``GRCO | version | last_applied | coordinator epoch | count | (klen, vlen, key, value)* | crc32c``."""
         with self._lock:
             entries = list(self._state.entries())
-            head = _SNAPSHOT_HEAD.pack(
-                _SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, self._last_applied, self._coordinator_epoch, len(entries)
-            )
-        parts = [head]
-        for key, value in entries:
-            parts += [_ENTRY_HEAD.pack(len(key), len(value)), key, value]
-        body = b"".join(parts)
-        out.write(body + _CRC.pack(crc32c.crc32c(body)))
+            last_applied, cepoch = self._last_applied, self._coordinator_epoch
+        framed = [_ENTRY_HEAD.pack(len(key), len(value)) + key + value for key, value in entries]
+        out.write(seal_snapshot(_SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, last_applied, cepoch, framed))
 
     def read_snapshot(self, inp: BinaryIO, last_applied: int) -> None:
         """Replace the whole state with a ``write_snapshot`` stream, atomically.
@@ -380,19 +361,11 @@ class GroupStateMachine:
         old keys are deleted and the new ones written in one WriteBatch. A bad
         snapshot raises ``CoordinatorCorruptionError`` and leaves the state as it was.
         """
-        raw = inp.read()
         where = f"{self.name} snapshot"
-        if len(raw) < _SNAPSHOT_HEAD.size + _CRC.size:
-            raise CoordinatorCorruptionError(f"{where}: truncated")
-        body, (crc,) = raw[: -_CRC.size], _CRC.unpack(raw[-_CRC.size :])
-        if crc32c.crc32c(body) != crc:
-            raise CoordinatorCorruptionError(f"{where}: checksum mismatch")
-        magic, version, _snap_applied, cepoch, count = _SNAPSHOT_HEAD.unpack_from(body, 0)
-        if magic != _SNAPSHOT_MAGIC or version != _SNAPSHOT_VERSION:
-            raise CoordinatorCorruptionError(f"{where}: not an offsets snapshot (version {version})")
+        body, cepoch, count = open_snapshot(inp.read(), _SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, where)
         state = _OffsetsState()
         entries: list[tuple[bytes, bytes]] = []
-        pos = _SNAPSHOT_HEAD.size
+        pos = SNAPSHOT_HEAD.size
         for _ in range(count):
             if pos + _ENTRY_HEAD.size > len(body):
                 raise CoordinatorCorruptionError(f"{where}: truncated entry")

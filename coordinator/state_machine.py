@@ -39,8 +39,6 @@ import threading
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, BinaryIO, TypeVar
 
-import crc32c
-
 from clients.protocol import BrokerError, ErrorCode
 from coordinator import group_commit, scans, transitions
 from coordinator.codec import decode_record, encode_record, get_int
@@ -65,9 +63,9 @@ from coordinator.errors import CommandDecodeError, CoordinatorCorruptionError
 from coordinator.group_commit import GroupDecision, GroupDecisionResult, decode_decision, encode_decision
 from coordinator.metadata import MarkerPlan, TopicPartition, TransactionMetadata, decode_metadata, encode_metadata
 from coordinator.scans import DEFAULT_MAX_PREPARED_MS
+from coordinator.sm_support import SNAPSHOT_HEAD, guarded_apply, open_snapshot, seal_snapshot
 from coordinator.states import OPEN_STATES, TransactionState
 from coordinator.transitions import TxnResult
-from raft.state_machine import NOOP_COMMAND
 from storage.store import NodeStore
 
 __all__ = ["ApplyResult", "TransactionStateMachine"]
@@ -84,7 +82,6 @@ _GROUP_TAG = b"G"
 _HEADER_VERSION = 1
 _SNAPSHOT_MAGIC = b"TXCO"
 _SNAPSHOT_VERSION = 1
-_SNAPSHOT_HEAD = struct.Struct(">4sBqqI")  # magic, version, last_applied, coordinator epoch, entry count
 _ENTRY_HEAD = struct.Struct(">cII")  # tag, key length, value length
 _CRC = struct.Struct(">I")
 
@@ -180,31 +177,17 @@ class TransactionStateMachine:
         return self._coordinator_epoch
 
     def apply(self, index: int, command: bytes) -> ApplyResult:
-        if index <= self._last_applied:
-            return None
-        try:
-            if command[:1] == NOOP_COMMAND:
-                self._write_header(index, self._coordinator_epoch)
-                return None
-            try:
-                cmd = decode_command(command)
-            except CommandDecodeError as exc:
-                self._write_header(index, self._coordinator_epoch)
-                return BrokerError(ErrorCode.INVALID_REQUEST, f"{self.name}: {exc}")
-            if cmd.coordinator_epoch < self._coordinator_epoch:
-                self._write_header(index, self._coordinator_epoch)
-                return BrokerError(
-                    ErrorCode.NOT_COORDINATOR,
-                    f"{self.name}: coordinator epoch {cmd.coordinator_epoch} is older than {self._coordinator_epoch}",
-                )
-            return self._apply_command(index, cmd)
-        except Exception as exc:  # a raise here would wedge the group on every replica
-            log.exception("%s: apply failed at index %d", self.name, index)
-            try:
-                self._write_header(index, self._coordinator_epoch)
-            except Exception:
-                log.exception("%s: could not record index %d", self.name, index)
-            return BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{self.name}: apply failed: {exc}")
+        result: ApplyResult = guarded_apply(
+            self.name,
+            index,
+            command,
+            last_applied=self._last_applied,
+            coordinator_epoch=self._coordinator_epoch,
+            decode=decode_command,
+            record=lambda i: self._write_header(i, self._coordinator_epoch),
+            run=self._apply_command,
+        )
+        return result
 
     def _write_header(self, index: int, cepoch: int) -> None:
         wb = self._store.new_batch()
@@ -273,14 +256,9 @@ class TransactionStateMachine:
         with self._lock:
             entries = [(_TXN_TAG, tid.encode(), encode_metadata(m)) for tid, m in sorted(self._txns.items())]
             entries += [(_GROUP_TAG, gid.encode(), encode_decision(g)) for gid, g in sorted(self._groups.items())]
-            head = _SNAPSHOT_HEAD.pack(
-                _SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, self._last_applied, self._coordinator_epoch, len(entries)
-            )
-        parts = [head]
-        for tag, key, value in entries:
-            parts += [_ENTRY_HEAD.pack(tag, len(key), len(value)), key, value]
-        body = b"".join(parts)
-        out.write(body + _CRC.pack(crc32c.crc32c(body)))
+            last_applied, cepoch = self._last_applied, self._coordinator_epoch
+        framed = [_ENTRY_HEAD.pack(tag, len(key), len(value)) + key + value for tag, key, value in entries]
+        out.write(seal_snapshot(_SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, last_applied, cepoch, framed))
 
     def read_snapshot(self, inp: BinaryIO, last_applied: int) -> None:
         """Replace the whole state with a ``write_snapshot`` stream, atomically.
@@ -289,19 +267,11 @@ class TransactionStateMachine:
         old keys are deleted and the new ones written in one WriteBatch: a bad
         snapshot raises ``CoordinatorCorruptionError`` and leaves the state as it was.
         """
-        raw = inp.read()
         where = f"{self.name} snapshot"
-        if len(raw) < _SNAPSHOT_HEAD.size + _CRC.size:
-            raise CoordinatorCorruptionError(f"{where}: truncated")
-        body, (crc,) = raw[: -_CRC.size], _CRC.unpack(raw[-_CRC.size :])
-        if crc32c.crc32c(body) != crc:
-            raise CoordinatorCorruptionError(f"{where}: checksum mismatch")
-        magic, version, _snap_applied, cepoch, count = _SNAPSHOT_HEAD.unpack_from(body, 0)
-        if magic != _SNAPSHOT_MAGIC or version != _SNAPSHOT_VERSION:
-            raise CoordinatorCorruptionError(f"{where}: not a coordinator snapshot (version {version})")
+        body, cepoch, count = open_snapshot(inp.read(), _SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, where)
         txns: dict[str, TransactionMetadata] = {}
         groups: dict[str, GroupDecision] = {}
-        pos = _SNAPSHOT_HEAD.size
+        pos = SNAPSHOT_HEAD.size
         for _ in range(count):
             if pos + _ENTRY_HEAD.size > len(body):
                 raise CoordinatorCorruptionError(f"{where}: truncated entry")
