@@ -344,12 +344,7 @@ class TxnRoutes:
         assert topic is not None
         pid, epoch = _identity(body)
         partition = parsing.get_int(body, "partition", lo=0, hi=2**31 - 1)
-        part = self.txn.leading(tid)
-        err = part.sm.partition_in_txn(tid, pid, epoch, topic, partition)
-        if err is not None:
-            if err.error_code is not ErrorCode.INVALID_TXN_STATE:
-                raise err
-            await self.txn.add_partitions(tid, pid, epoch, [TopicPartition(topic, partition)])
+        await self.txn.verify_here(tid, pid, epoch, topic, partition)
         return web.json_response({"ok": True})
 
     def _member(self, body: dict[str, Any]) -> GroupMember:

@@ -630,13 +630,7 @@ class TransactionService:
         p = self.partition_for(transactional_id)
         local = self.groups.local.get(p)
         if local is not None and local.group.is_leader():
-            err = local.sm.partition_in_txn(transactional_id, producer_id, producer_epoch, topic, partition)
-            if err is not None:
-                if err.error_code is not ErrorCode.INVALID_TXN_STATE:
-                    raise err
-                await self.add_partitions(
-                    transactional_id, producer_id, producer_epoch, [TopicPartition(topic, partition)]
-                )
+            await self.verify_here(transactional_id, producer_id, producer_epoch, topic, partition)
         else:
             await self._remote(
                 p,
@@ -652,6 +646,18 @@ class TransactionService:
         self._verified[key] = None
         if len(self._verified) > _VERIFIED_CACHE:
             self._verified.popitem(last=False)
+
+    async def verify_here(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
+    ) -> None:
+        """The coordinator's half of ``verify_partition`` (this node leads the id's partition)."""
+        part = self.leading(transactional_id)
+        err = part.sm.partition_in_txn(transactional_id, producer_id, producer_epoch, topic, partition)
+        if err is None:
+            return
+        if err.error_code is not ErrorCode.INVALID_TXN_STATE:
+            raise err
+        await self.add_partitions(transactional_id, producer_id, producer_epoch, [TopicPartition(topic, partition)])
 
     # ---- timeouts and expiry --------------------------------------------------------------------
 
