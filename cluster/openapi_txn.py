@@ -50,6 +50,15 @@ def _op(
 
 
 TID = ("transactional_id",)
+_END_TXN = (
+    "Answers as soon as the decision is durable: `state` is PrepareCommit/PrepareAbort and the COMMIT/ABORT "
+    "markers are written in the background, so read_committed readers see the outcome shortly after (poll). The "
+    "next transaction may begin at once: the coordinator holds its first write (and AddPartitions, AddOffsets, "
+    "InitProducerId) until the markers are written, answering CONCURRENT_TRANSACTIONS (retriable) only if that "
+    "takes longer than the request timeout. With `wait_for_completion: true` -- and always when ending a Prepared "
+    "transaction -- it answers only after CompleteCommit/CompleteAbort (`state` says so), or after the request "
+    "timeout with the decision durable and `state` still PrepareCommit/PrepareAbort."
+)
 GID = ("group_id",)
 
 
@@ -81,12 +90,23 @@ def transaction_and_group_paths() -> dict[str, Any]:
             )
         },
         "/v1/transactions/{transactional_id}/end": {
-            "post": _op(
-                "EndTxn: commit or abort; answers the identity for the next transaction (epoch bumped)",
-                {**_IDENTITY, "commit": _BOOL},
-                ("producer_id", "producer_epoch", "commit"),
-                params=TID,
-            )
+            "post": {
+                **_op(
+                    "EndTxn: commit or abort; answers the identity for the next transaction (epoch bumped)",
+                    {
+                        **_IDENTITY,
+                        "commit": _BOOL,
+                        "wait_for_completion": {
+                            **_BOOL,
+                            "default": False,
+                            "description": "answer only after CompleteCommit/CompleteAbort",
+                        },
+                    },
+                    ("producer_id", "producer_epoch", "commit"),
+                    params=TID,
+                ),
+                "description": _END_TXN,
+            }
         },
         "/v1/transactions/{transactional_id}/prepare": {
             "post": _op(

@@ -214,14 +214,17 @@ class TxnRoutes:
         raw, body = await self._body(request)
         pid, epoch = _identity(body)
         commit = _bool(body, "commit")
+        wait = _bool(body, "wait_for_completion") if "wait_for_completion" in body else False
 
         async def call() -> dict[str, Any]:
-            res = await self.txn.end_txn(tid, pid, epoch, commit)
+            answer = await self.txn.end_txn(tid, pid, epoch, commit, wait_for_completion=wait)
+            res = answer.result
             return {
                 "transactional_id": tid,
                 "committed": res.commit,
                 "producer_id": res.producer_id,
                 "producer_epoch": res.producer_epoch,
+                "state": answer.state.display_name,
             }
 
         return await self._routed(request, raw, call)

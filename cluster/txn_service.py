@@ -12,8 +12,19 @@ state asks for:
   the leader writes a COMMIT/ABORT marker to every partition of the
   transaction (retrying until each partition applied it), then submits
   CompleteTxn. A new leader resumes every plan it finds (``pending_completions``).
-  EndTxn answers once the transaction is complete, or once the request
-  timeout passes -- the decision is durable either way.
+  EndTxn answers as soon as its PrepareCommit/PrepareAbort is applied (the
+  decision is durable; DESIGN.md "Transaction", Kafka's behaviour), unless the
+  caller asks to wait for completion or the transaction was Prepared for an
+  external coordinator, which relies on visibility when its call returns.
+* **the next transaction waits for the previous one's markers**: while an id
+  is in PrepareCommit/PrepareAbort, InitProducerId, AddPartitions/AddOffsets,
+  the implicit add of KIP-890 (``verify_here``), EndTxn and Prepare first wait
+  on the running marker driver (bounded by the request timeout) instead of
+  answering CONCURRENT_TRANSACTIONS at once; only a wait that runs out answers
+  it (retriable). A transaction can therefore never begin at a partition
+  before the previous one's marker is there: the partition admits its first
+  batch only after verification, and verification needs CompleteTxn, which is
+  written after every marker.
 * **timeouts**: a periodic scan fences and aborts Ongoing transactions past
   their timeout and Prepared ones past ``transaction_max_prepared_ms``, and
   expires idle transactional ids.
@@ -38,6 +49,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from clients.protocol import BrokerError, ControlType, ErrorCode
@@ -70,7 +82,8 @@ from coordinator.results import (
 )
 from coordinator.scans import producer_id_needed
 from coordinator.state_machine import TransactionStateMachine
-from coordinator.states import OPEN_STATES, TransactionState
+from coordinator.states import OPEN_STATES, PREPARE_STATES, TransactionState
+from coordinator.transitions import Identity, classify
 from raft import NotLeaderError, QueueFullError, RaftCommandFailed, RaftTimeoutError
 
 from .internal_groups import InternalGroups, InternalPartition
@@ -86,6 +99,10 @@ _VERIFIED_CACHE = 100_000
 _MARKER_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 TxnPartition = InternalPartition[TransactionStateMachine]
+
+#: Identities whose request waits for the previous transaction's markers: the client's current and
+#: next identity (it is ahead of the markers); EndTxn adds its retry identity (its answer was lost).
+_WAITING_IDENTITIES = frozenset({Identity.CURRENT, Identity.NEXT})
 
 
 def now_ms() -> int:
@@ -136,6 +153,14 @@ def _expire(m: TransactionMetadata, expiration_ms: int) -> Callable[[int, int], 
         )
 
     return build
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnAnswer:
+    """EndTxn's result and the transaction's state when the call answered (Prepare* or Complete*)."""
+
+    result: EndTxnResult
+    state: TransactionState
 
 
 class TransactionService:
@@ -273,30 +298,55 @@ class TransactionService:
         expected_producer_id: int | None = None,
         expected_producer_epoch: int | None = None,
     ) -> tuple[int, int]:
+        """InitProducerId; waits for a completing previous transaction instead of answering CONCURRENT_TRANSACTIONS.
+
+        An Ongoing transaction is fenced and aborted first (Kafka answers
+        CONCURRENT_TRANSACTIONS and the client retries): here the abort's
+        markers are awaited and the command proposed once more, with the same
+        result as the client's retry would get.
+        """
         part = self.leading(transactional_id)
-        candidate = await self._candidate(part.sm.get(transactional_id))
         max_timeout = self.broker.config.transaction_max_timeout_ms
+        for attempt in range(2):
+            await self._await_previous(part, transactional_id)
+            before = part.sm.get(transactional_id)
+            candidate = await self._candidate(before)
 
-        def build(now: int, cepoch: int) -> Command:
-            return InitProducerId(
-                transactional_id=transactional_id,
-                timeout_ms=timeout_ms,
-                now_ms=now,
-                coordinator_epoch=cepoch,
-                producer_id_candidate=candidate,
-                expected_producer_id=expected_producer_id,
-                expected_producer_epoch=expected_producer_epoch,
-                max_timeout_ms=max_timeout,
-            )
+            def build(now: int, cepoch: int, candidate: int | None = candidate) -> Command:
+                return InitProducerId(
+                    transactional_id=transactional_id,
+                    timeout_ms=timeout_ms,
+                    now_ms=now,
+                    coordinator_epoch=cepoch,
+                    producer_id_candidate=candidate,
+                    expected_producer_id=expected_producer_id,
+                    expected_producer_epoch=expected_producer_epoch,
+                    max_timeout_ms=max_timeout,
+                )
 
-        result = await self._submit(part, build)
-        assert isinstance(result, InitProducerIdResult), result
-        self.broker.metrics.producer_ids_allocated.inc()
-        return result.producer_id, result.producer_epoch
+            try:
+                result = await self._submit(part, build)
+            except BrokerError as exc:
+                # CONCURRENT_TRANSACTIONS that changed the state: this InitProducerId fenced an open transaction.
+                fenced = part.sm.get(transactional_id) != before
+                if attempt or exc.error_code is not ErrorCode.CONCURRENT_TRANSACTIONS or not fenced:
+                    raise
+                continue
+            assert isinstance(result, InitProducerIdResult), result
+            self.broker.metrics.producer_ids_allocated.inc()
+            return result.producer_id, result.producer_epoch
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     async def add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
     ) -> AddPartitionsResult:
+        """AddPartitionsToTxn / AddOffsetsToTxn; a completing previous transaction is awaited first."""
+        tps = self._checked_partitions(partitions)
+        part = self.leading(transactional_id)
+        await self._await_previous(part, transactional_id, (producer_id, producer_epoch))
+        return await self._add_partitions(part, transactional_id, producer_id, producer_epoch, tps)
+
+    def _checked_partitions(self, partitions: Iterable[TopicPartition]) -> tuple[TopicPartition, ...]:
         tps = tuple(sorted(set(partitions), key=lambda tp: (tp.topic, tp.partition)))
         for tp in tps:
             if tp.topic == OFFSETS_TOPIC:  # AddOffsetsToTxn / TxnOffsetCommit: a group's offsets partition
@@ -306,7 +356,16 @@ class TransactionService:
             meta = self.broker.topic(tp.topic)  # UNKNOWN_TOPIC_OR_PARTITION for a missing topic
             if not 0 <= tp.partition < len(meta.partitions):
                 raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic} has no partition {tp.partition}")
-        part = self.leading(transactional_id)
+        return tps
+
+    async def _add_partitions(
+        self,
+        part: TxnPartition,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        tps: tuple[TopicPartition, ...],
+    ) -> AddPartitionsResult:
         before = part.sm.get(transactional_id)
         result = await self._propose(
             part,
@@ -321,9 +380,28 @@ class TransactionService:
             self.broker.metrics.txn_started()
         return result
 
-    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> EndTxnResult:
+    async def end_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        *,
+        wait_for_completion: bool = False,
+    ) -> EndTxnAnswer:
+        """EndTxn: answers once PrepareCommit/PrepareAbort is durable; the markers follow in the background.
+
+        ``wait_for_completion`` (and ending a Prepared transaction, whose
+        external coordinator expects visibility) answers only after
+        CompleteCommit/CompleteAbort, or when the request timeout passes --
+        the answer's state says which. A retried EndTxn (the answer was lost)
+        or one of the next transaction arriving while the previous one
+        completes waits for it first, as the calls that begin a transaction do.
+        """
         part = self.leading(transactional_id)
-        candidate = await self._candidate(part.sm.get(transactional_id))
+        await self._await_previous(part, transactional_id, (producer_id, producer_epoch), retry=True)
+        before = part.sm.get(transactional_id)
+        candidate = await self._candidate(before)
         result = await self._propose(
             part,
             EndTxn,
@@ -335,13 +413,26 @@ class TransactionService:
         )
         assert isinstance(result, EndTxnResult), result
         if result.markers is not None:
-            await self._await_plan(part, result.markers)
-        return result
+            task = self._ensure_driver(part, result.markers)
+            if wait_for_completion or (before is not None and before.state is TransactionState.PREPARED):
+                await self._bounded(task)
+        return EndTxnAnswer(result, self._end_state(part, result))
+
+    def _end_state(self, part: TxnPartition, result: EndTxnResult) -> TransactionState:
+        """Prepare* while ``result``'s markers are still owed, else Complete* (the state EndTxn answers with)."""
+        pending = result.markers is not None
+        if pending:
+            meta = part.sm.get(result.transactional_id)
+            pending = meta is not None and meta.marker_plan() == result.markers
+        if result.commit:
+            return TransactionState.PREPARE_COMMIT if pending else TransactionState.COMPLETE_COMMIT
+        return TransactionState.PREPARE_ABORT if pending else TransactionState.COMPLETE_ABORT
 
     async def prepare(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str | None = None
     ) -> PrepareResult:
         part = self.leading(transactional_id)
+        await self._await_previous(part, transactional_id, (producer_id, producer_epoch))
         result = await self._propose(
             part,
             Prepare,
@@ -379,7 +470,7 @@ class TransactionService:
         )
         assert isinstance(result, EndTxnResult), result
         if result.markers is not None:
-            await self._await_plan(part, result.markers)
+            await self._bounded(self._ensure_driver(part, result.markers))
         return result
 
     async def abort(self, transactional_id: str) -> TransactionMetadata:
@@ -393,7 +484,7 @@ class TransactionService:
         else:
             result = await self._submit(part, _fence_and_abort(meta))
             if isinstance(result, EndTxnResult) and result.markers is not None:
-                await self._await_plan(part, result.markers)
+                await self._bounded(self._ensure_driver(part, result.markers))
         after = part.sm.get(transactional_id)
         return after if after is not None else meta
 
@@ -545,10 +636,55 @@ class TransactionService:
             task.add_done_callback(lambda t: self._drivers.pop(key, None) if self._drivers.get(key) is t else None)
         return task
 
-    async def _await_plan(self, part: TxnPartition, plan: MarkerPlan) -> None:
-        task = self._ensure_driver(part, plan)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(task), self.broker.config.request_timeout_ms / 1000)
+    async def _bounded(self, task: asyncio.Task[None], timeout: float | None = None) -> bool:
+        """Wait for a driver task for at most ``timeout`` (default: the request timeout); True if it ended.
+
+        The task itself is never cancelled by the wait (it is the background
+        work every waiter shares) and its failure is not the waiter's: the
+        state machine, re-read afterwards, tells what happened.
+        """
+        if timeout is None:
+            timeout = self.broker.config.request_timeout_ms / 1000
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, timeout))
+        return bool(done)
+
+    async def _await_previous(
+        self,
+        part: TxnPartition,
+        transactional_id: str,
+        identity: tuple[int, int] | None = None,
+        *,
+        retry: bool = False,
+    ) -> None:
+        """While the id's previous transaction writes its markers, wait for its driver (bounded).
+
+        Kafka answers CONCURRENT_TRANSACTIONS to a call that would begin the
+        next transaction during PrepareCommit/PrepareAbort, and the client
+        retries after a backoff; waiting here lets it begin as soon as
+        CompleteTxn is applied, in the same request. Only a request from the
+        client's current/next identity waits (``retry``: EndTxn's retry
+        identity too); ``identity`` None (InitProducerId) always waits. When
+        the request timeout passes, or the driver ends without completing (this
+        node lost the leadership), the caller goes on and the state machine
+        answers as before (CONCURRENT_TRANSACTIONS, NOT_COORDINATOR).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.broker.config.request_timeout_ms / 1000
+        awaited: MarkerPlan | None = None
+        while True:
+            meta = part.sm.get(transactional_id)
+            plan = meta.marker_plan() if meta is not None else None
+            if meta is None or plan is None or plan == awaited:
+                return
+            if identity is not None:
+                ident = classify(meta, *identity)
+                if ident not in _WAITING_IDENTITIES and not (retry and ident is Identity.RETRY):
+                    return
+            if not part.group.is_leader() or self._closing:
+                return
+            awaited = plan
+            if not await self._bounded(self._ensure_driver(part, plan), deadline - loop.time()):
+                return
 
     async def _drive(self, part: TxnPartition, plan: MarkerPlan) -> None:
         """Write every marker of ``plan``, then CompleteTxn -- for as long as this node leads this term."""
@@ -650,14 +786,32 @@ class TransactionService:
     async def verify_here(
         self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
     ) -> None:
-        """The coordinator's half of ``verify_partition`` (this node leads the id's partition)."""
+        """The coordinator's half of ``verify_partition`` (this node leads the id's partition).
+
+        The implicit add of the next transaction's first produce waits for the
+        previous transaction's markers (``_await_previous``); if they are still
+        owed when the wait ends, the answer is CONCURRENT_TRANSACTIONS (the
+        partition leader hands it to the producer, which retries).
+        """
         part = self.leading(transactional_id)
+        await self._await_previous(part, transactional_id, (producer_id, producer_epoch))
+        meta = part.sm.get(transactional_id)
+        if (
+            meta is not None
+            and meta.state in PREPARE_STATES
+            and classify(meta, producer_id, producer_epoch) in _WAITING_IDENTITIES
+        ):
+            raise BrokerError(
+                ErrorCode.CONCURRENT_TRANSACTIONS,
+                f"the previous transaction of {transactional_id!r} is still completing ({meta.state})",
+            )
         err = part.sm.partition_in_txn(transactional_id, producer_id, producer_epoch, topic, partition)
         if err is None:
             return
         if err.error_code is not ErrorCode.INVALID_TXN_STATE:
             raise err
-        await self.add_partitions(transactional_id, producer_id, producer_epoch, [TopicPartition(topic, partition)])
+        tps = self._checked_partitions([TopicPartition(topic, partition)])
+        await self._add_partitions(part, transactional_id, producer_id, producer_epoch, tps)
 
     # ---- timeouts and expiry --------------------------------------------------------------------
 

@@ -41,7 +41,8 @@ class TxnWriter:
         self.epoch = init["producer_epoch"]
         self.seq: dict[tuple[str, int], int] = {}
 
-    def send(self, topic: str, partition: int, values: list[bytes]) -> tuple[int, Any]:
+    def send(self, topic: str, partition: int, values: list[bytes], via: int | None = None) -> tuple[int, Any]:
+        """One produce request (no retry) to ``via`` or the partition's leader; (status, answer)."""
         seq = self.seq.get((topic, partition), 0)
         body = {
             "transactional_id": self.tid,
@@ -56,19 +57,18 @@ class TxnWriter:
                 }
             ],
         }
-        leader = self.c.wait_leaders(topic, partition + 1)[partition]
+        leader = via if via is not None else self.c.wait_leaders(topic, partition + 1)[partition]
         status, res = http("POST", self.c.url(leader) + "/v1/produce", body)
         if status == 200:
             self.seq[(topic, partition)] = seq + len(values)
         return status, res
 
-    def end(self, commit: bool) -> Any:
-        res = call(
-            self.c,
-            "POST",
-            f"/v1/transactions/{self.tid}/end",
-            {"producer_id": self.pid, "producer_epoch": self.epoch, "commit": commit},
-        )
+    def end(self, commit: bool, wait_for_completion: bool | None = None, via: int = 1) -> Any:
+        """EndTxn; it answers once the decision is durable unless ``wait_for_completion`` (then after the markers)."""
+        body: dict[str, Any] = {"producer_id": self.pid, "producer_epoch": self.epoch, "commit": commit}
+        if wait_for_completion is not None:
+            body["wait_for_completion"] = wait_for_completion
+        res = call(self.c, "POST", f"/v1/transactions/{self.tid}/end", body, via=via)
         self.pid, self.epoch = res["producer_id"], res["producer_epoch"]
         self.seq.clear()
         return res
@@ -82,6 +82,26 @@ def fetch(c: LocalCluster, topic: str, p: int, isolation: str, fmt: str = "json"
 
 def values(res: Any) -> list[bytes]:
     return [base64.b64decode(r["value"]) for r in res["records"]]
+
+
+def committed_values(c: LocalCluster, topic: str, p: int, expected: list[bytes], timeout: float = 15) -> Any:
+    """Poll read_committed until it shows exactly ``expected`` (EndTxn answers before the markers land)."""
+
+    def seen() -> Any:
+        res = fetch(c, topic, p, "read_committed")
+        return res if values(res) == expected else None
+
+    return wait_for(seen, timeout, f"{topic}-{p} read_committed == {expected[:3]}...")
+
+
+def control_batches(c: LocalCluster, topic: str, p: int, expected: list[str], timeout: float = 15) -> Any:
+    """Poll until the partition's control batches are ``expected`` (types in log order); the batches."""
+
+    def seen() -> Any:
+        batches = fetch(c, topic, p, "read_uncommitted", fmt="batches")["batches"]
+        return batches if [b["control_type"] for b in batches if b["is_control"]] == expected else None
+
+    return wait_for(seen, timeout, f"{topic}-{p} control batches {expected}")
 
 
 def test_commit_across_two_topics_is_atomic_and_abort_is_invisible(make_cluster):
@@ -106,14 +126,14 @@ def test_commit_across_two_topics_is_atomic_and_abort_is_invisible(make_cluster)
     w.end(commit=True)
     for t in ("a", "b"):
         for p in range(3):
-            rc = fetch(c, t, p, "read_committed")
-            assert values(rc) == [f"{t}{p}-{i}".encode() for i in range(5)]
+            rc = committed_values(c, t, p, [f"{t}{p}-{i}".encode() for i in range(5)])
             assert rc["last_stable_offset"] == rc["high_watermark"] == 6  # 5 records + COMMIT marker
     # An aborted txn: invisible to read_committed by both paths, visible to read_uncommitted
     for p in range(3):
         assert w.send("a", p, [b"doomed"])[0] == 200
     w.end(commit=False)
     for p in range(3):
+        control_batches(c, "a", p, ["COMMIT", "ABORT"])
         rc = fetch(c, "a", p, "read_committed")
         assert b"doomed" not in values(rc)
         batches = fetch(c, "a", p, "read_committed", fmt="batches")
@@ -121,6 +141,77 @@ def test_commit_across_two_topics_is_atomic_and_abort_is_invisible(make_cluster)
         types = [b["control_type"] for b in batches["batches"] if b["is_control"]]
         assert types == ["COMMIT", "ABORT"]
         assert b"doomed" in values(fetch(c, "a", p, "read_uncommitted"))
+
+
+def test_end_answers_once_the_decision_is_durable_and_wait_for_completion_once_it_is_visible(make_cluster):
+    # DESIGN.md "Transaction": EndTxn answers after PrepareCommit; wait_for_completion keeps the old contract
+    c = make_cluster()
+    c.create_topic("vis", partitions=3, rf=3)
+    c.wait_leaders("vis", 3)
+    w = TxnWriter(c, "tx-visible")
+    for n in range(3):
+        sent = {p: [f"{n}-{p}".encode()] for p in range(3)}
+        for p, vs in sent.items():
+            assert w.send("vis", p, vs)[0] == 200
+        ident = (w.pid, w.epoch)
+        # Waiting: read_committed sees the whole transaction the moment the call returns
+        res = w.end(commit=True, wait_for_completion=True)
+        assert res["state"] == "CompleteCommit" and res["committed"] is True, res
+        assert (res["producer_id"], res["producer_epoch"]) == (ident[0], ident[1] + 1), "TV2: the epoch bumps"
+        for p in range(3):
+            assert values(fetch(c, "vis", p, "read_committed"))[-1:] == sent[p]
+        assert call(c, "GET", "/v1/transactions/tx-visible")["state"] == "CompleteCommit"
+    # Not waiting (the default): the answer says whether the markers were already written; either way the
+    # data becomes visible, and describe moves from PrepareCommit to CompleteCommit
+    for n in range(3, 6):
+        for p in range(3):
+            assert w.send("vis", p, [f"{n}-{p}".encode()])[0] == 200
+        res = w.end(commit=True)
+        assert res["state"] in ("PrepareCommit", "CompleteCommit"), res
+        assert call(c, "GET", "/v1/transactions/tx-visible")["state"] in ("PrepareCommit", "CompleteCommit")
+        for p in range(3):
+            committed_values(c, "vis", p, [f"{k}-{p}".encode() for k in range(n + 1)])
+        wait_for(lambda: call(c, "GET", "/v1/transactions/tx-visible")["state"] == "CompleteCommit", 15, "Complete")
+    # An abort answers the same way; waiting for it means its ABORT markers are all written
+    for p in range(3):
+        assert w.send("vis", p, [b"doomed"])[0] == 200
+    res = w.end(commit=False, wait_for_completion=True)
+    assert res["state"] == "CompleteAbort" and res["committed"] is False, res
+    for p in range(3):
+        batches = fetch(c, "vis", p, "read_uncommitted", fmt="batches")["batches"]
+        assert batches[-1]["is_control"] and batches[-1]["control_type"] == "ABORT"
+
+
+def test_next_transaction_begins_right_after_commit_and_lands_after_the_markers(make_cluster):
+    # KIP-890 / TV2: the first produce of the next transaction is held by the coordinator until the previous
+    # transaction's markers are written -- never answered CONCURRENT_TRANSACTIONS -- so at every partition the
+    # previous COMMIT marker comes before the next transaction's first batch
+    c = make_cluster()
+    c.create_topic("nx", partitions=3, rf=3)
+    c.create_topic("nx2", partitions=1, rf=3)
+    c.wait_leaders("nx", 3)
+    c.wait_leaders("nx2", 1)
+    w = TxnWriter(c, "tx-next")
+    tps = [("nx", 0), ("nx", 1), ("nx", 2), ("nx2", 0)]
+    for n in range(5):
+        for t, p in tps[:3] if n % 2 == 0 else tps:
+            status, res = w.send(t, p, [f"{n}-{t}-{p}".encode()])
+            assert status == 200, (n, t, p, res)  # the first attempt: no CONCURRENT_TRANSACTIONS
+        w.end(commit=n != 3)
+    for t, p in tps:
+        expected = ["COMMIT", "COMMIT", "COMMIT", "ABORT", "COMMIT"] if t == "nx" else ["COMMIT", "ABORT"]
+        batches = control_batches(c, t, p, expected)
+        # Each data batch belongs to the transaction of its epoch; its marker (epoch + 1) follows it before any
+        # batch of the next transaction
+        open_epoch = None
+        for b in batches:
+            if b["is_control"]:
+                assert open_epoch is not None and b["producer_epoch"] == open_epoch + 1, (t, p, b)
+                open_epoch = None
+            else:
+                assert open_epoch in (None, b["producer_epoch"]), f"{t}-{p}: a batch of the next txn before the marker"
+                open_epoch = b["producer_epoch"]
+        assert open_epoch is None
 
 
 def test_zombie_is_fenced_on_send_and_commit(make_cluster):
@@ -145,7 +236,8 @@ def test_zombie_is_fenced_on_send_and_commit(make_cluster):
     assert new.send("z", 0, [b"new"])[0] == 200
     new.end(commit=True)
     # The zombie's open txn was aborted by the fencing InitProducerId; only "new" is visible
-    assert values(fetch(c, "z", 0, "read_committed")) == [b"new"]
+    committed_values(c, "z", 0, [b"new"])
+    control_batches(c, "z", 0, ["ABORT", "COMMIT"])
 
 
 def test_timed_out_transaction_is_aborted_by_the_coordinator(make_cluster):
@@ -228,6 +320,18 @@ def test_bad_transaction_requests_get_4xx_and_change_nothing(make_cluster):
         ("POST", "/v1/producers/init", {"transactional_id": 7}, "INVALID_REQUEST"),
         ("POST", "/v1/transactions/tx-good/end", {**ident}, "INVALID_REQUEST"),
         ("POST", "/v1/transactions/tx-good/end", {**ident, "commit": "yes"}, "INVALID_REQUEST"),
+        (
+            "POST",
+            "/v1/transactions/tx-good/end",
+            {**ident, "commit": True, "wait_for_completion": "yes"},
+            "INVALID_REQUEST",
+        ),
+        (
+            "POST",
+            "/v1/transactions/tx-good/end",
+            {**ident, "commit": False, "wait_for_completion": 1},
+            "INVALID_REQUEST",
+        ),
         ("POST", "/v1/transactions/tx-good/end", {"producer_id": w.pid, "commit": True}, "INVALID_REQUEST"),
         ("POST", "/v1/transactions/tx-good/end", {**ident, "producer_epoch": -5, "commit": True}, "INVALID_REQUEST"),
         (
@@ -284,7 +388,7 @@ def test_bad_transaction_requests_get_4xx_and_change_nothing(make_cluster):
     listed = call(c, "GET", "/v1/transactions", via=2)["transactions"]
     assert [(t["transactional_id"], t["state"]) for t in listed] == [("tx-good", "Empty")]
     assert w.send("bad", 0, [b"ok"])[0] == 200
-    w.end(commit=True)
+    assert w.end(commit=True, wait_for_completion=True)["state"] == "CompleteCommit"
     assert values(fetch(c, "bad", 0, "read_committed")) == [b"ok"]
 
 
