@@ -12,17 +12,20 @@ completely through the server-filtered fetch and checks exactly that.
 
 from __future__ import annotations
 
+import base64
 import re
 import signal
 import threading
 import time
 from concurrent.futures import Future
+from typing import Any
 
 import pytest
 
 from clients import Producer
 from clients.protocol import BrokerError, ErrorCode
 from clients.records import RecordMetadata
+from tests.integration.test_transactions_http import TxnWriter, fetch
 from tests.support.cluster import LocalCluster, http, wait_for
 from tests.support.txn_reads import consume_all, http_read
 
@@ -154,10 +157,10 @@ def send_everywhere(
     return sent
 
 
-# ---- the coordinator dies between the decision and CompleteCommit (§14 item 26) ------------------------------
+# ---- the coordinator dies right after EndTxn answered, before CompleteCommit (§14 item 26) -----------------------
 
 
-def test_coordinator_sigkill_between_end_txn_and_complete_commit_completes_on_the_new_leader(make_cluster):
+def test_coordinator_sigkill_right_after_end_txn_answered_completes_on_the_new_leader(make_cluster):
     c = make_cluster()
     c.create_topic("fk", partitions=3, rf=3)
     c.create_topic("fk1", partitions=3, rf=1)  # a partition with one replica: its markers wait while it is stopped
@@ -171,13 +174,13 @@ def test_coordinator_sigkill_between_end_txn_and_complete_commit_completes_on_th
         p.begin_transaction()
         sent = send_everywhere(p, tps, 5, "fk")
         txn = {tp: {v for v, _ in futs} for tp, futs in sent.items()}
-        # When X is paused, the commit is decided (PrepareCommit is durable), and C is SIGKILLed before it completes
+        # When X is paused, commit_transaction returns as soon as the decision is durable -- the marker to X's
+        # partition cannot have been written, so the transaction is still PrepareCommit -- and C is SIGKILLed
         c.signal(x, signal.SIGSTOP)
         stopped = {x}
         watch = VisibilityWatch(c, tps, txn, stopped).start()
-        thread, outcome = commit_in_background(p)
-        wait_for(lambda: txn_state(c, tid, via=y) == "PrepareCommit", 20, "the commit decision (PrepareCommit)")
-        assert txn_state(c, tid, via=y) == "PrepareCommit", "the marker to X's partition cannot have been written"
+        p.commit_transaction(timeout=60)
+        assert txn_state(c, tid, via=y) == "PrepareCommit", "commit_transaction waited for the markers"
         logs = {n: len(c.log_text(n)) for n in (x, y)}
         c.kill(coord)
         stopped.add(coord)
@@ -186,21 +189,88 @@ def test_coordinator_sigkill_between_end_txn_and_complete_commit_completes_on_th
         # Then the new coordinator leader resumes the decided commit: every partition gets it, all or nothing
         wait_for(lambda: len(watch.visible) == len(tps), 60, "the transaction on every partition")
         wait_for(lambda: txn_state(c, tid, via=y) == "CompleteCommit", 30, "CompleteCommit on the new leader")
-        thread.join(120)
         watch.stop()
-        assert outcome == [None], f"commit_transaction failed: {outcome}"
         assert not watch.errors, watch.errors[:5]
         assert resumed_count(c, [x, y], logs) >= 1, "no new coordinator leader resumed the transaction"
         for tp in tps:
             got = http_read(c.url(y if tp[0] == "fk" else x), *tp)
             assert got == [(f.result().offset, v) for v, f in sent[tp]]
-        # And the producer goes on with the identity the (retried) EndTxn handed back
+        # And the producer goes on with the identity EndTxn handed back
         p.begin_transaction()
         nxt = p.send("fk", value=b"after", partition=0)
         p.commit_transaction(timeout=60)
-        assert (nxt.result().offset, b"after") in http_read(c.url(y), "fk", 0)
+        wait_for(lambda: (nxt.result().offset, b"after") in http_read(c.url(y), "fk", 0), 30, "the next commit")
     finally:
         p.close(5)
+
+
+# ---- the next transaction waits for the previous one's markers, bounded by the request timeout --------------------
+
+
+def test_next_transaction_waits_for_the_markers_and_gets_concurrent_transactions_when_they_take_too_long(
+    make_cluster,
+):
+    # The coordinator holds the calls that begin the next transaction while the previous one's markers are
+    # owed; when they cannot be written within the request timeout (their only replica is SIGSTOPped) the
+    # answer is CONCURRENT_TRANSACTIONS (retriable), and the same call succeeds once the markers are written
+    bound = 3.0
+    c = make_cluster(request_timeout_ms=int(bound * 1000))
+    c.create_topic("cw", partitions=3, rf=3)
+    c.create_topic("cw1", partitions=3, rf=1)
+    tid, coord, x, xp = coordinator_apart_from(c, "cw", c.wait_leaders("cw1", 3))
+    q = 0
+    w = TxnWriter(c, tid)
+
+    def produce(value: bytes) -> tuple[int, Any, float]:
+        """One produce of ``value`` to cw-q at its current leader (asked of C); (status, body, seconds)."""
+
+        def attempt() -> tuple[int, Any, float] | None:
+            leader = c.leader("cw", q, via=coord)
+            if leader is None or leader == x:
+                return None
+            started = time.monotonic()
+            status, body = w.send("cw", q, [value], via=leader)
+            moved = status == 421 or body["partitions"][0]["error_code"] == "NOT_LEADER_OR_FOLLOWER"
+            return None if moved else (status, body, time.monotonic() - started)
+
+        return wait_for(attempt, 60, f"a produce to cw-{q} reaching its leader")
+
+    assert produce(b"first")[0] == 200
+    assert w.send("cw1", xp, [b"first-x"], via=x)[0] == 200
+    c.signal(x, signal.SIGSTOP)
+    try:
+        # wait_for_completion: the markers cannot all be written, so it answers after the request timeout with
+        # the decision durable (PrepareCommit), like an EndTxn that timed out waiting before
+        started = time.monotonic()
+        res = w.end(commit=True, wait_for_completion=True, via=coord)
+        assert res["state"] == "PrepareCommit" and time.monotonic() - started >= 0.9 * bound, res
+        ident = {"producer_id": w.pid, "producer_epoch": w.epoch}
+        calls = {
+            "AddPartitionsToTxn": lambda: http("POST", c.url(coord) + f"/v1/transactions/{tid}/partitions",
+                                               {**ident, "partitions": [{"topic": "cw", "partition": q}]}),
+            "implicit add (produce)": lambda: produce(b"second")[:2],
+            "InitProducerId": lambda: http("POST", c.url(coord) + "/v1/producers/init",
+                                           {"transactional_id": tid, "transaction_timeout_ms": 60_000}),
+        }  # fmt: skip
+        for what, request in calls.items():
+            started = time.monotonic()
+            status, body = request()
+            waited = time.monotonic() - started
+            err = body["partitions"][0] if what.startswith("implicit") else body
+            assert status == 409 and err["error_code"] == "CONCURRENT_TRANSACTIONS", (what, status, body)
+            assert waited >= 0.9 * bound, f"{what} answered after {waited:.2f}s without waiting for the markers"
+        assert txn_state(c, tid, via=coord) == "PrepareCommit"
+    finally:
+        c.signal(x, signal.SIGCONT)
+    # Then, with X back, the markers are written and the next transaction's first produce is admitted
+    wait_for(lambda: produce(b"second")[0] == 200, 60, "the next transaction's produce")
+    assert txn_state(c, tid, via=coord) == "Ongoing"
+    kinds = [("COMMIT" if b["is_control"] else b["records"][0]["value"]) for b in
+             fetch(c, "cw", q, "read_uncommitted", fmt="batches")["batches"]]  # fmt: skip
+    assert kinds == [base64.b64encode(b"first").decode(), "COMMIT", base64.b64encode(b"second").decode()], kinds
+    assert [v for _, v in http_read(c.url(x), "cw1", xp)] == [b"first-x"]
+    w.end(commit=True)
+    wait_for(lambda: [v for _, v in http_read(c.url(coord), "cw", q)] == [b"first", b"second"], 30, "second")
 
 
 # ---- a partition leader dies while the markers are in flight ----------------------------------------------------
@@ -263,7 +333,7 @@ def test_leader_sigkill_inside_a_transaction_commits_every_record_once(make_clus
     for i, (v, f) in enumerate(futs):
         expected[("lk", i % 3)].append((f.result().offset, v))
     alive = [c.url(n) for n in live(c)]
-    assert consume_all(alive, list(expected), "read_committed") == expected
+    wait_for(lambda: consume_all(alive, list(expected), "read_committed") == expected, 60, "the committed records")
 
 
 # ---- transaction timeout (§14 item 19) ---------------------------------------------------------------------------
@@ -325,6 +395,11 @@ def test_commit_that_times_out_resumes_with_the_same_identity(make_cluster):
         p.send("amb", value=b"next", partition=0)
         p.commit_transaction(timeout=60)
     expected = {("amb", q): [(f.result().offset, v) for v, f in sent[("amb", q)]] for q in range(3)}
-    got = consume_all(c.urls, list(expected), "read_committed")
+    # The last commit answered at its decision: poll until its marker is there too
+    got = wait_for(
+        lambda: (g := consume_all(c.urls, list(expected), "read_committed"))[("amb", 0)][3:] and g,
+        60,
+        "the second transaction visible",
+    )
     assert {tp: recs[: len(expected[tp])] for tp, recs in got.items()} == expected
     assert [v for _, v in got[("amb", 0)][3:]] == [b"next"]

@@ -21,7 +21,7 @@ from clients.aio._transactions import TransactionAbortedError
 from clients.protocol import BrokerError, ErrorCode
 from clients.records import ConsumerGroupMetadata, PreparedTransaction, RecordMetadata
 from tests.support.cluster import LocalCluster, http, wait_for
-from tests.support.txn_reads import consume_all, fetch_page, http_read, leader_url
+from tests.support.txn_reads import consume_all, fetch_page, http_read, leader_url, wait_settled
 
 pytestmark = pytest.mark.integration
 
@@ -50,8 +50,16 @@ def acked(futs: list[tuple[bytes, Future[RecordMetadata]]]) -> list[tuple[int, b
     return [(f.result(timeout=30).offset, v) for v, f in futs]
 
 
-def read_committed_both_ways(c: LocalCluster, t: str, partitions: int) -> dict[int, list[tuple[int, bytes]]]:
-    """read_committed by the Consumer and by the server-filtered fetch; asserts both agree."""
+def read_committed_both_ways(
+    c: LocalCluster, t: str, partitions: int, *, settle: bool = True
+) -> dict[int, list[tuple[int, bytes]]]:
+    """read_committed by the Consumer and by the server-filtered fetch; asserts both agree.
+
+    ``settle``: first wait until no transaction is open on the topic (a commit
+    answers before its markers are written); False reads at once.
+    """
+    if settle:
+        wait_settled(c, t, range(partitions))
     by_consumer = consume_all(c.urls, [(t, p) for p in range(partitions)], "read_committed")
     out = {}
     for p in range(partitions):
@@ -297,15 +305,17 @@ def test_prepared_transaction_is_ended_by_its_holder_and_the_producer_reinitiali
             with pytest.raises(BrokerError) as ei:
                 call()
             assert ei.value.error_code is ErrorCode.INVALID_TXN_STATE
-        assert read_committed_both_ways(cluster, t, 1) == {0: []}
-        # Someone else holding the identity commits it (an external coordinator)
+        assert read_committed_both_ways(cluster, t, 1, settle=False) == {0: []}
+        # Someone else holding the identity commits it (an external coordinator): ending a Prepared
+        # transaction answers once it is visible (no wait_for_completion needed)
         status, body = http(
             "POST",
             cluster.url(2) + "/v1/transactions/client-prepared/end",
             {"producer_id": prepared.producer_id, "producer_epoch": prepared.producer_epoch, "commit": True},
         )
         assert status == 200, body
-        assert read_committed_both_ways(cluster, t, 1) == {0: [(0, b"prepared")]}
+        assert body["state"] == "CompleteCommit", body
+        assert read_committed_both_ways(cluster, t, 1, settle=False) == {0: [(0, b"prepared")]}
         p.init_transactions()
         p.begin_transaction()
         nxt = p.send(t, value=b"after")
@@ -400,9 +410,12 @@ def test_three_transactional_producers_and_plain_writes_interleaved_on_one_parti
     assert [r for r in http_read(leader_url(cluster, t, 0), t, 0, "read_uncommitted")] == sorted(everything)
 
 
-def test_commit_returns_only_once_read_committed_sees_it(cluster):
-    # The coordinator answers EndTxn after its markers are written: visibility needs no polling
+def test_commit_returns_at_the_decision_and_the_next_transaction_starts_at_once(cluster):
+    # DESIGN.md "Transaction": EndTxn answers after PrepareCommit, the markers follow. The next transaction's
+    # first send is held by the coordinator until they are written (no CONCURRENT_TRANSACTIONS reaches the
+    # client's retry loop), and each commit becomes visible to read_committed within a deadline
     t = topic(cluster, 3)
+    expected: dict[int, list[tuple[int, bytes]]] = {q: [] for q in range(3)}
     with Producer(cluster.urls, transactional_id="client-visible") as p:
         p.init_transactions()
         for n in range(5):
@@ -412,7 +425,13 @@ def test_commit_returns_only_once_read_committed_sees_it(cluster):
             p.commit_transaction()
             assert time.monotonic() - started < 10
             for q, (v, f) in enumerate(futs):
-                assert (f.result().offset, v) in http_read(leader_url(cluster, t, q), t, q)
+                expected[q].append((f.result().offset, v))
+        metrics = p.metrics()
+        for q in range(3):
+            wait_for(lambda q=q: http_read(leader_url(cluster, t, q), t, q) == expected[q], 15, f"{t}-{q} committed")
+    assert "CONCURRENT_TRANSACTIONS" not in metrics["errors"], metrics["errors"]
+    assert metrics["coordinator_retries"] == 0, "a coordinator call was answered with a retriable error"
+    assert metrics["transactions_committed"] == 5
 
 
 def test_consume_transform_produce_with_every_other_transaction_aborted_copies_exactly_once(cluster):

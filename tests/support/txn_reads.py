@@ -6,7 +6,9 @@
 * ``consume_all``: ``clients.Consumer`` with ``isolation_level``, which fetches
   batches and filters aborted transactions itself (seed 000's algorithm).
 
-Both return ``(offset, value)`` lists in offset order.
+Both return ``(offset, value)`` lists in offset order. EndTxn answers once the
+decision is durable and the markers follow: a check right after a commit first
+waits for them (``wait_settled``), or polls for the expected records.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 from clients import Consumer
 from clients.records import TopicPartition
 
-from .cluster import LocalCluster, http
+from .cluster import LocalCluster, http, wait_for
 
 
 def fetch_page(url: str, topic: str, partition: int, offset: int, isolation: str) -> dict[str, Any]:
@@ -42,6 +44,23 @@ def http_read(url: str, topic: str, partition: int, isolation: str = "read_commi
             return out
         offset = nxt
     raise AssertionError(f"{topic}-{partition}: fetch never reached the end")
+
+
+def wait_settled(c: LocalCluster, topic: str, partitions: Sequence[int], timeout: float = 30.0) -> None:
+    """Wait until no transaction is open on the partitions: the last stable offset reaches the high watermark.
+
+    After a commit or abort answered, this means its markers are written (the
+    transaction's records keep the LSO below the high watermark until then).
+    """
+
+    def settled() -> bool:
+        for p in partitions:
+            page = fetch_page(leader_url(c, topic, p), topic, p, 0, "read_committed")
+            if page["last_stable_offset"] != page["high_watermark"]:
+                return False
+        return True
+
+    wait_for(settled, timeout, f"no open transaction on {topic} {list(partitions)}")
 
 
 def leader_url(c: LocalCluster, topic: str, partition: int) -> str:
