@@ -36,6 +36,7 @@ from clients.consumer import Consumer
 from clients.producer import Producer
 from cluster.copier import CopierConfig, CopierStats, run_copier
 from tests.support.cluster import REPO, LocalCluster, http, wait_for
+from tests.support.txn_reads import wait_settled
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
@@ -198,7 +199,12 @@ def group_copied(c: LocalCluster, group: str) -> int:
 
 
 def read_output(c: LocalCluster, topic: str, partitions: int) -> dict[int, list[int]]:
-    """A fresh read_committed consumer: every partition up to its last stable offset."""
+    """A fresh read_committed consumer: every partition up to its last stable offset.
+
+    First waits until no transaction is open on the topic: the copier's last
+    commit answered once decided, its markers may still be on their way.
+    """
+    wait_settled(c, topic, range(partitions), timeout=60)
     with Consumer(",".join(c.urls), isolation_level="read_committed", auto_offset_reset="earliest") as consumer:
         consumer.assign([(topic, p) for p in range(partitions)])
         out: dict[int, list[int]] = {p: [] for p in range(partitions)}
@@ -270,7 +276,7 @@ def test_copier_copies_exactly_once_through_broker_bounces_and_copier_kills(
     assert_exactly_the_input([v for vs in concurrent.values() for v in vs], n, f"concurrent consumer ({faults})")
     final = read_output(cluster, dst, 3)
     assert_exactly_the_input([v for vs in final.values() for v in vs], n, f"final consumer ({faults})")
-    assert group_copied(cluster, group) == n
+    wait_for(lambda: group_copied(cluster, group) == n, 30, f"the group's offsets at {n}")
 
 
 def test_one_partition_copy_preserves_order_through_faults(cluster: LocalCluster, copiers: Any) -> None:
@@ -314,7 +320,7 @@ def test_survivor_takes_over_the_partitions_of_a_killed_group_member(cluster: Lo
     assert [f"{src}-0", f"{src}-1"] in owned, owned
     final = read_output(cluster, dst, 3)
     assert_exactly_the_input([v for vs in final.values() for v in vs], n, "final consumer")
-    assert group_copied(cluster, group) == n
+    wait_for(lambda: group_copied(cluster, group) == n, 30, f"the group's offsets at {n}")
 
 
 def test_rebalance_aborts_the_open_transaction_and_the_output_stays_exact(cluster: LocalCluster) -> None:
@@ -351,7 +357,7 @@ def test_rebalance_aborts_the_open_transaction_and_the_output_stays_exact(cluste
     assert stats.aborted >= 1 and stats.rebalances >= 3, stats
     final = read_output(cluster, dst, 3)
     assert_exactly_the_input([v for vs in final.values() for v in vs], n, "final consumer")
-    assert group_copied(cluster, group) == n
+    wait_for(lambda: group_copied(cluster, group) == n, 30, f"the group's offsets at {n}")
 
 
 def test_a_fenced_copier_exits_non_zero_and_its_successor_finishes(cluster: LocalCluster, copiers: Any) -> None:

@@ -330,5 +330,6 @@ def test_new_coordinator_serves_offsets_and_generation_after_sigkill(make_cluste
     assert offsets_of(c, group, via=new, stable=True)[0] == 503  # the transactional offset is still pending
     call(c, "POST", f"/v1/transactions/{w.tid}/end", {"producer_id": w.pid, "producer_epoch": w.epoch, "commit": True},
          via=survivors[0])  # fmt: skip
-    status, res = offsets_of(c, group, via=new, stable=True)
-    assert status == 200 and [(o["partition"], o["offset"]) for o in res["offsets"]] == [(0, 42), (1, 7)], res
+    # EndTxn answers once the commit is decided; the marker reaches the offsets partition right after
+    status, res = wait_for(lambda: (r := offsets_of(c, group, via=new, stable=True))[0] == 200 and r, 30, "stable")
+    assert [(o["partition"], o["offset"]) for o in res["offsets"]] == [(0, 42), (1, 7)], res

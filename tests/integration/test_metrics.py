@@ -108,4 +108,9 @@ def test_open_transaction_shows_in_open_transactions_and_oldest_age(
     )
     assert status == 200, res
     wait_for(lambda: total(cluster, "txbroker_transactions_open") == 0, 30, "no open transaction after abort")
-    assert total(cluster, "txbroker_transactions_completed_total", outcome="aborted") == aborted0 + 1
+    # EndTxn answers once the abort is decided; the completion is counted when its markers are written
+    wait_for(
+        lambda: total(cluster, "txbroker_transactions_completed_total", outcome="aborted") == aborted0 + 1,
+        30,
+        "the abort counted as completed",
+    )
