@@ -307,35 +307,31 @@ class TransactionService:
         """
         part = self.leading(transactional_id)
         max_timeout = self.broker.config.transaction_max_timeout_ms
-        for attempt in range(2):
+        retried = False
+        while True:
             await self._await_previous(part, transactional_id)
             before = part.sm.get(transactional_id)
-            candidate = await self._candidate(before)
-
-            def build(now: int, cepoch: int, candidate: int | None = candidate) -> Command:
-                return InitProducerId(
+            try:
+                result = await self._propose(
+                    part,
+                    InitProducerId,
                     transactional_id=transactional_id,
                     timeout_ms=timeout_ms,
-                    now_ms=now,
-                    coordinator_epoch=cepoch,
-                    producer_id_candidate=candidate,
+                    producer_id_candidate=await self._candidate(before),
                     expected_producer_id=expected_producer_id,
                     expected_producer_epoch=expected_producer_epoch,
                     max_timeout_ms=max_timeout,
                 )
-
-            try:
-                result = await self._submit(part, build)
             except BrokerError as exc:
                 # CONCURRENT_TRANSACTIONS that changed the state: this InitProducerId fenced an open transaction.
                 fenced = part.sm.get(transactional_id) != before
-                if attempt or exc.error_code is not ErrorCode.CONCURRENT_TRANSACTIONS or not fenced:
+                if retried or exc.error_code is not ErrorCode.CONCURRENT_TRANSACTIONS or not fenced:
                     raise
+                retried = True
                 continue
             assert isinstance(result, InitProducerIdResult), result
             self.broker.metrics.producer_ids_allocated.inc()
             return result.producer_id, result.producer_epoch
-        raise AssertionError("unreachable: the second attempt returns or raises")
 
     async def add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
