@@ -60,6 +60,13 @@ class NotifyingLog:
         self.log.read_snapshot(inp, last_applied)
         self._loop.call_soon_threadsafe(self._wake)
 
+    # DurableStateMachine: the log lives in RocksDB, so compaction copies nothing.
+    def make_durable(self) -> None:
+        self.log.make_durable()
+
+    def consistent_snapshot(self) -> tuple[int, Callable[[BinaryIO], None]]:
+        return self.log.consistent_snapshot()
+
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, []
         for w in waiters:

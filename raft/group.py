@@ -38,10 +38,12 @@ from raft.errors import (
     RaftCommandFailed,
     RaftError,
     RaftTimeoutError,
+    SnapshotCorruptError,
 )
 from raft.frame_crypto import cluster_key
+from raft.full_snapshot import FullSnapshotBuilder
 from raft.settings import GroupStatus, LeadershipEvent, RaftSettings
-from raft.state_machine import NOOP_COMMAND, StateMachine
+from raft.state_machine import NOOP_COMMAND, DurableStateMachine, StateMachine
 from raft.ticker import ProxyPoller, TickerShard
 from raft.transport import SharedPortTransport
 
@@ -116,6 +118,8 @@ class RaftGroup:
         self.self_address = self_address
         self.data_dir = data_dir
         self._sm = sm
+        self._durable = sm if isinstance(sm, DurableStateMachine) else None
+        self._full: FullSnapshotBuilder | None = None
         self._settings = settings
         self._loop = loop
         self._shard = shard
@@ -170,6 +174,9 @@ class RaftGroup:
         others = [m for m in self.members if m != self.self_address]
         with patches.constructing_with_poller(ProxyPoller(self._shard, self.group_id)):
             self._so = _GroupSyncObj(self, self.self_address, others, self._conf(), transportClass=transport_class)
+        if self._durable is not None:
+            self._full = FullSnapshotBuilder(self.group_id, os.path.join(self.data_dir, "raft.dump"), self._durable)
+            patches.set_transmission_source(self._so, self._full.path_for_transmission)
 
     def _destroy(self) -> None:
         so = self._so
@@ -183,6 +190,8 @@ class RaftGroup:
         so.destroy()  # manual-tick mode: synchronous (transport closed, journal flushed+closed)
         patches.close_pipe_notifier(so)
         patches.close_serializer_files(so)
+        if self._full is not None:
+            self._full.close()
         self._emit(force=(False, None, self.term()))
 
     # --- ticking (shard thread) ---------------------------------------------
@@ -233,11 +242,24 @@ class RaftGroup:
             return RaftApplyError(self.group_id, index, f"{type(e).__name__}: {e}")
 
     def _serialize(self, tmp_path: str, raft_data: Any) -> None:
-        snapshot.write_snapshot(tmp_path, raft_data, self._sm.last_applied, self._sm.write_snapshot)
+        if self._durable is not None:
+            # The state is in the store: make it crash-proof, then record only where it stands.
+            self._durable.make_durable()
+            snapshot.write_snapshot(tmp_path, raft_data, self._sm.last_applied, None)
+        else:
+            snapshot.write_snapshot(tmp_path, raft_data, self._sm.last_applied, self._sm.write_snapshot)
 
     def _deserialize(self, path: str) -> Any:
         try:
             reader = snapshot.SnapshotReader(path)
+            if reader.light:
+                # Our own compaction point: the store must already hold the state at or past it.
+                if self._sm.last_applied < reader.state_index:
+                    raise SnapshotCorruptError(
+                        f"{path}: light snapshot at state index {reader.state_index} but the store is at "
+                        f"{self._sm.last_applied} (store writes lost)"
+                    )
+                return reader.raft_data
             if self._sm.last_applied < reader.state_index:
                 with reader.open_body() as body:
                     self._sm.read_snapshot(body, reader.state_index)

@@ -64,6 +64,7 @@ PICKLE_PROTOCOL = 4
 COMMIT_INDEX_STORE_PERIOD_S = 5.0
 _LEADER = 2  # pysyncobj.syncobj._RAFT_STATE.LEADER
 
+logger = logging.getLogger(__name__)
 _lock = threading.Lock()
 _applied = False
 _construct_ctx = threading.local()
@@ -229,6 +230,17 @@ def _get_transmission_data(self: Any, transmission_id: Any) -> Any:
     # follower once the transfer ends.
     transmissions = self._Serializer__transmissions
     before = transmissions.get(transmission_id)
+    source = getattr(self, "txbroker_transmission_source", None)
+    if before is None and source is not None and self._Serializer__pid == 0:
+        # A store-backed group streams a full snapshot built on demand, not its light dump file.
+        path = source()
+        if path is None:
+            return None  # still being built: PySyncObj asks again at the next AppendEntries
+        try:
+            before = transmissions[transmission_id] = {"file": open(path, "rb"), "transmitted": 0}  # noqa: SIM115
+        except OSError:
+            logger.exception("cannot open snapshot %s for transmission", path)
+            return None
     result = _original_get_transmission(self, transmission_id)
     if before is not None and transmission_id not in transmissions:
         _close_quietly(before.get("file"))
@@ -245,6 +257,11 @@ def _close_quietly(f: Any) -> None:
     if f is not None:
         with contextlib.suppress(OSError):
             f.close()
+
+
+def set_transmission_source(so: Any, source: Callable[[], str | None]) -> None:
+    """Stream ``source()``'s file (None: not ready) to followers instead of the dump file."""
+    so._SyncObj__serializer.txbroker_transmission_source = source
 
 
 def close_serializer_files(so: Any) -> None:

@@ -3,7 +3,7 @@
 Layout (all integers little-endian)::
 
     magic    8  b"TXRBSNAP"
-    version  2  u16 = 1
+    version  2  u16 = 1 (full) or 2 (light: empty body, see below)
     index    8  u64  StateMachine.last_applied when written ("state index")
     raft_len 4  u32
     raft     raft_len  pickle(protocol 4) of PySyncObj's raftData tuple
@@ -16,6 +16,11 @@ The state index may exceed raftData's index (the machine persists its own
 last_applied and may be ahead of PySyncObj after a journal replay); the
 reader restores the machine at the *state* index so later entries at or
 below it are skipped, never applied twice.
+
+A *light* container (version 2) has an empty body: the machine's state is
+already durable in the node's own store at ``index`` or later
+(``DurableStateMachine``). It serves log compaction and restarts of this
+node only; a follower is always sent a full container.
 
 The raftData pickle is only ever read from a local file or from a snapshot
 streamed over an authenticated (AES-GCM) connection, and only after the
@@ -36,6 +41,7 @@ from raft.errors import SnapshotCorruptError
 
 MAGIC = b"TXRBSNAP"
 VERSION = 1
+LIGHT_VERSION = 2
 _HEADER = struct.Struct("<8sHQI")
 _BODY_LEN = struct.Struct("<Q")
 _DIGEST_LEN = 32
@@ -43,14 +49,24 @@ _TRAILER_LEN = _BODY_LEN.size + _DIGEST_LEN
 _CHUNK = 1 << 20
 
 
-def write_snapshot(path: str, raft_data: Any, state_index: int, write_body: Callable[[BinaryIO], None]) -> None:
-    """Write a complete container to ``path`` (not renamed; PySyncObj renames it)."""
+def write_snapshot(
+    path: str,
+    raft_data: Any,
+    state_index: int,
+    write_body: Callable[[BinaryIO], None] | None,
+) -> None:
+    """Write a complete container to ``path`` (not renamed; PySyncObj renames it).
+
+    ``write_body`` None writes a light container (no body).
+    """
     raft_blob = pickle.dumps(raft_data, protocol=4)
     with open(path, "w+b") as f:
-        f.write(_HEADER.pack(MAGIC, VERSION, state_index, len(raft_blob)))
+        version = VERSION if write_body is not None else LIGHT_VERSION
+        f.write(_HEADER.pack(MAGIC, version, state_index, len(raft_blob)))
         f.write(raft_blob)
         body_start = f.tell()
-        write_body(cast(BinaryIO, f))
+        if write_body is not None:
+            write_body(cast(BinaryIO, f))
         f.seek(0, io.SEEK_END)
         body_len = f.tell() - body_start
         f.write(_BODY_LEN.pack(body_len))
@@ -95,8 +111,10 @@ class SnapshotReader:
             magic, version, index, raft_len = _HEADER.unpack(f.read(_HEADER.size))
             if magic != MAGIC:
                 raise SnapshotCorruptError(f"{path}: bad magic {magic!r}")
-            if version != VERSION:
+            if version not in (VERSION, LIGHT_VERSION):
                 raise SnapshotCorruptError(f"{path}: unsupported version {version}")
+            if version == LIGHT_VERSION and body_len:
+                raise SnapshotCorruptError(f"{path}: a light snapshot with a body")
             if _HEADER.size + raft_len + body_len + _TRAILER_LEN != size:
                 raise SnapshotCorruptError(f"{path}: section lengths do not add up")
             try:
@@ -104,6 +122,7 @@ class SnapshotReader:
             except Exception as e:
                 raise SnapshotCorruptError(f"{path}: raft metadata unreadable: {e}") from e
         self.state_index: int = index
+        self.light = version == LIGHT_VERSION
         self._body_start = _HEADER.size + raft_len
         self._body_len = body_len
 

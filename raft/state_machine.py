@@ -22,7 +22,8 @@ Rules (DESIGN.md "Rules that make this correct"):
 
 from __future__ import annotations
 
-from typing import Any, BinaryIO, Protocol
+from collections.abc import Callable
+from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 NOOP_COMMAND = b"\x00"
 
@@ -43,4 +44,30 @@ class StateMachine(Protocol):
 
     def read_snapshot(self, inp: BinaryIO, last_applied: int) -> None:
         """Replace the whole state with what ``write_snapshot`` wrote; set ``last_applied``."""
+        ...
+
+
+@runtime_checkable
+class DurableStateMachine(StateMachine, Protocol):
+    """A machine whose whole state already lives in a durable store (RocksDB) at ``last_applied``.
+
+    Log compaction then needs no copy of the state: the group writes a *light*
+    snapshot (Raft metadata and the state index only) after ``make_durable``,
+    and builds a full snapshot only when a follower needs one installed, from
+    ``consistent_snapshot`` on a background thread. A partition with gigabytes
+    of records would otherwise be copied in full, on the ticker thread, at every
+    compaction.
+    """
+
+    def make_durable(self) -> None:
+        """Make every applied entry survive a machine crash (e.g. fsync the store's write-ahead log)."""
+        ...
+
+    def consistent_snapshot(self) -> tuple[int, Callable[[BinaryIO], None]]:
+        """``(state index, body writer)`` of one point-in-time view of the state.
+
+        Called on the ticker thread; the writer runs on another thread while
+        ``apply`` goes on, so it must read only that view. Its output is what
+        ``read_snapshot`` accepts, restored at the returned index.
+        """
         ...

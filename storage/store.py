@@ -74,6 +74,10 @@ class NodeStore:
         """Apply ``batch`` atomically (all of it or none of it survives a crash)."""
         self.db.write(batch, self._write_opts)
 
+    def sync_wal(self) -> None:
+        """Make every write so far survive a machine crash (fsync RocksDB's write-ahead log)."""
+        self.db.flush_wal(True)
+
     def delete_prefix(self, prefix: bytes) -> None:
         """Delete every key that starts with ``prefix`` (one range tombstone)."""
         if not prefix:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import pytest
 
-from raft import NotLeaderError, RaftApplyError, RaftSettings
+from raft import NotLeaderError, RaftApplyError, RaftSettings, snapshot
 from raft import pysyncobj_patches as patches
 from raft.connection import ACCEPT_MESSAGE, PREAMBLE_HEADER, Phase, encode_preamble
 from raft.frame_crypto import NONCE_BYTES, FrameCipher, cluster_key, new_nonce
@@ -117,10 +117,11 @@ def test_leader_stop_fails_over_within_3s_and_restart_catches_up(tmp_path: pathl
     run(scenario)
 
 
-def test_lagging_follower_catches_up_via_snapshot(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("durable", [False, True], ids=["full-snapshots", "store-backed"])
+def test_lagging_follower_catches_up_via_snapshot(tmp_path: pathlib.Path, durable: bool) -> None:
     async def scenario() -> None:
         settings = RaftSettings(password=PASSWORD, log_compaction_min_entries=20, log_compaction_split=False)
-        c = Cluster(tmp_path, ["s"], settings=settings)
+        c = Cluster(tmp_path, ["s"], settings=settings, durable=durable)
         try:
             c.start_all()
             leader = (await c.wait_leaders())["s"]
@@ -133,6 +134,15 @@ def test_lagging_follower_catches_up_via_snapshot(tmp_path: pathlib.Path) -> Non
             c.start_node(lagging)
             await c.wait_value("s", "k", 200, timeout=20)
             assert c.sms[(lagging, "s")].restored_from_snapshot >= 1
+            dump = c.group(leader, "s").data_dir + "/raft.dump"
+            if durable:
+                # Compaction wrote a light snapshot (no state copied) after making the store durable,
+                # and the follower got a full one built from the store on demand.
+                assert snapshot.SnapshotReader(dump).light
+                assert c.sms[(leader, "s")].made_durable >= 1  # type: ignore[attr-defined]
+                assert snapshot.SnapshotReader(dump + ".full").state_index >= 200
+            else:
+                assert not snapshot.SnapshotReader(dump).light
             assert await c.submit("s", b"add:k:1") == 201
             await c.wait_value("s", "k", 201)
         finally:
@@ -141,13 +151,12 @@ def test_lagging_follower_catches_up_via_snapshot(tmp_path: pathlib.Path) -> Non
     run(scenario)
 
 
-def test_full_restart_keeps_entries_and_replay_never_double_applies(
-    tmp_path: pathlib.Path,
-) -> None:
+@pytest.mark.parametrize("durable", [False, True], ids=["full-snapshots", "store-backed"])
+def test_full_restart_keeps_entries_and_replay_never_double_applies(tmp_path: pathlib.Path, durable: bool) -> None:
     async def scenario() -> None:
         settings = RaftSettings(password=PASSWORD, log_compaction_min_entries=50, log_compaction_split=False)
         groups = GROUPS[:4]
-        c = Cluster(tmp_path, groups, settings=settings)
+        c = Cluster(tmp_path, groups, settings=settings, durable=durable)
         try:
             c.start_all()
             await c.wait_leaders()

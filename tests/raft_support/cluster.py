@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from raft import LeadershipEvent, NotLeaderError, RaftGroup, RaftNode, RaftSettings
-from tests.raft_support.counter_sm import CounterStateMachine
+from tests.raft_support.counter_sm import CounterStateMachine, DurableCounterStateMachine
 
 PASSWORD = "txbroker-test-secret"
 
@@ -42,8 +42,10 @@ class Cluster:
         group_ids: list[str],
         settings: RaftSettings | None = None,
         size: int = 3,
+        durable: bool = False,
     ) -> None:
         self.tmp = tmp
+        self.sm_class = DurableCounterStateMachine if durable else CounterStateMachine
         self.group_ids = group_ids
         self.settings = settings or RaftSettings(password=PASSWORD)
         self.addrs = [f"127.0.0.1:{free_port()}" for _ in range(size)]
@@ -57,7 +59,7 @@ class Cluster:
         node.start()
         self.nodes[i] = node
         for gid in self.group_ids:
-            sm = CounterStateMachine(str(self.tmp / f"node{i}" / f"sm-{gid}"))
+            sm = self.sm_class(str(self.tmp / f"node{i}" / f"sm-{gid}"))
             self.sms[(i, gid)] = sm
             node.add_group(gid, self.addrs, sm, on_event=self.events.append)
         return node

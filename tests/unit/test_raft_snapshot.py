@@ -88,3 +88,30 @@ def test_body_writer_may_seek_and_write_in_pieces(tmp_path: pathlib.Path) -> Non
     with SnapshotReader(str(path)).open_body() as body:
         got = io.BytesIO(body.read()).getvalue()
     assert got == b"".join(bytes([i]) * 1000 for i in range(100))
+
+
+def test_light_container_has_no_body_and_says_so(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "raft.dump"
+    write_snapshot(str(path), RAFT_DATA, 90, None)
+    reader = SnapshotReader(str(path))
+    assert reader.light
+    assert (reader.raft_data, reader.state_index) == (RAFT_DATA, 90)
+    with reader.open_body() as body:
+        assert body.read() == b""
+    full = tmp_path / "full"
+    write_snapshot(str(full), RAFT_DATA, 90, _body(b"x"))
+    assert not SnapshotReader(str(full)).light
+
+
+def test_light_container_claiming_a_body_is_rejected(tmp_path: pathlib.Path) -> None:
+    import hashlib
+    import struct
+
+    # A well-formed container (valid checksum) whose header says light but which carries body bytes.
+    path = tmp_path / "raft.dump"
+    write_snapshot(str(path), RAFT_DATA, 90, _body(b"state"))
+    data = bytearray(path.read_bytes()[:-32])
+    struct.pack_into("<H", data, 8, 2)  # version 2 = light
+    path.write_bytes(bytes(data) + hashlib.sha256(data).digest())
+    with pytest.raises(SnapshotCorruptError, match="light snapshot with a body"):
+        SnapshotReader(str(path))

@@ -372,6 +372,26 @@ def test_snapshot_round_trips_into_a_fresh_database(ten_batches: PartitionLog, t
         other.close()
 
 
+def test_consistent_snapshot_is_the_state_when_taken_even_while_apply_goes_on(
+    ten_batches: PartitionLog, make_log: Callable[..., PartitionLog]
+) -> None:
+    before = io.BytesIO()
+    ten_batches.write_snapshot(before)
+    index, write = ten_batches.consistent_snapshot()
+    assert index == ten_batches.last_applied
+    fill(ten_batches, 3, pid=77)  # applied after the view was taken: not in the snapshot
+    ten_batches.apply(ten_batches.last_applied + 1, encode_delete_records(5))
+    snap = io.BytesIO()
+    write(snap)
+    assert snap.getvalue() == before.getvalue()
+    target = make_log(OTHER)
+    snap.seek(0)
+    target.read_snapshot(snap, index)
+    assert (target.high_watermark, target.log_start_offset, target.last_applied) == (20, 0, index)
+    assert target.producer_entry(77) is None
+    ten_batches.make_durable()  # fsyncs the WAL; nothing to observe but that it works on an open store
+
+
 def test_empty_snapshot_round_trips(make_log: Callable[..., PartitionLog]) -> None:
     snap = io.BytesIO()
     make_log(PREFIX).write_snapshot(snap)

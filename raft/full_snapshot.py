@@ -1,0 +1,104 @@
+"""Full snapshots of a store-backed group, built on demand for followers that need one installed.
+
+A ``DurableStateMachine`` compacts its Raft log with a light snapshot (no
+state copied). When the leader must install a snapshot on a follower (one
+that was down past the log start, or lost its disk), PySyncObj asks for the
+snapshot file to stream: this builder answers "not yet" (None), copies the
+state from one consistent view on a background thread, and from then on
+hands out the full file -- until the next compaction writes a new light
+snapshot, which makes the full one stale (its Raft metadata must be the
+current compaction point, where the leader's log now starts).
+
+The full container carries the light one's Raft metadata and the state
+index of the view it copied, which may be later: the follower restores the
+state at that index and skips the entries up to it (``StateMachine.apply``
+is idempotent across the boundary), exactly as after a journal replay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+from raft import snapshot
+from raft.state_machine import DurableStateMachine
+
+__all__ = ["FullSnapshotBuilder"]
+
+logger = logging.getLogger(__name__)
+
+
+class FullSnapshotBuilder:
+    """One group's on-demand full snapshot; ``path_for_transmission`` runs on the ticker thread."""
+
+    def __init__(self, group_id: str, dump_path: str, sm: DurableStateMachine) -> None:
+        self.group_id = group_id
+        self.dump_path = dump_path
+        self.full_path = dump_path + ".full"
+        self._sm = sm
+        self._lock = threading.Lock()
+        self._ready_for: tuple[int, int] | None = None  # identity of the light dump the full file matches
+        self._building_for: tuple[int, int] | None = None
+        self._closed = False
+        self.builds = 0
+
+    def _identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.dump_path)
+        except FileNotFoundError:
+            return None
+        return st.st_mtime_ns, st.st_ino
+
+    def path_for_transmission(self) -> str | None:
+        """The file to stream to a follower, or None while it is being built (PySyncObj retries)."""
+        ident = self._identity()
+        if ident is None:
+            return None
+        try:
+            reader = snapshot.SnapshotReader(self.dump_path)
+        except Exception:
+            logger.exception("group %r: snapshot %s unreadable for transmission", self.group_id, self.dump_path)
+            return None
+        if not reader.light:
+            return self.dump_path  # a full container already (written before the machine was store-backed)
+        with self._lock:
+            if self._ready_for == ident:
+                return self.full_path
+            if self._building_for is None and not self._closed:
+                self._building_for = ident
+                state_index, write_body = self._sm.consistent_snapshot()  # the view is taken here, on the ticker
+                threading.Thread(
+                    target=self._build,
+                    args=(ident, reader.raft_data, state_index, write_body),
+                    name=f"snapshot-{self.group_id}",
+                    daemon=True,
+                ).start()
+        return None
+
+    def _build(
+        self, ident: tuple[int, int], raft_data: Any, state_index: int, write_body: Callable[[BinaryIO], None]
+    ) -> None:
+        tmp = self.full_path + ".tmp"
+        ok = False
+        try:
+            snapshot.write_snapshot(tmp, raft_data, state_index, write_body)
+            os.replace(tmp, self.full_path)
+            ok = True
+            self.builds += 1
+            logger.info("group %r: full snapshot at state index %d built for a follower", self.group_id, state_index)
+        except Exception:
+            logger.exception("group %r: building a full snapshot failed (retried on the next request)", self.group_id)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        with self._lock:
+            self._building_for = None
+            if ok and not self._closed:
+                self._ready_for = ident
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
