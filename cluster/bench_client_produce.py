@@ -233,7 +233,12 @@ def main(argv: list[str]) -> int:
             cluster.create_topic(name, opts.partitions)
         # The broker's ceiling: `txbroker bench produce`'s raw binary writer (64 KiB idempotent batches,
         # no per-record work), on a topic of its own, at each requested in-flight depth.
-        leaders = cluster.create_topic(TOPIC, opts.partitions)
+        cluster.create_topic(TOPIC, opts.partitions)
+        # Every topic led by its preferred replicas (one leader per node, as `bench produce` waits for):
+        # otherwise a scenario may start on a topic whose leaders are still piled on one node.
+        balanced = {name: cluster.preferred_leaders(name)[1] for name in ("client", "json1", "jsonb", TOPIC)}
+        out["leaders_balanced"] = balanced
+        leaders = cluster.preferred_leaders(TOPIC)[0]
         args = (opts.duration, opts.record_size)
         scenarios: dict[str, Callable[[], Any]] = {}
         for k in opts.ceiling_concurrency:

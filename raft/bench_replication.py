@@ -55,6 +55,8 @@ def _bare_node(addr: str, members: list[str], data: str) -> None:
                 raftMinTimeout=1.0,
                 raftMaxTimeout=3.0,
                 appendEntriesBatchSizeBytes=1 << 20,
+                sendBufferSize=1 << 20,
+                recvBufferSize=1 << 20,
                 journalFile=os.path.join(data, "journal"),
                 fullDumpFile=os.path.join(data, "dump"),
                 logCompactionMinEntries=20000,

@@ -203,6 +203,39 @@ class RecordAccumulator:
         self.sticky[topic] = p
         return p
 
+    def append_sticky(
+        self,
+        topic: str,
+        timestamp: int,
+        value: bytes | None,
+        headers: bytes,
+        nbytes: int,
+        sink: RecordSink,
+        clock: Callable[[], float],
+        available: Callable[[str, int], Sequence[int]],
+        num_partitions: int,
+    ) -> bool:
+        """``append`` of a record without key or partition: the sticky partition's open batch when it has room.
+
+        The common case of a producer's hot loop, so it touches as little as it can;
+        anything else (no open batch, full batch) goes the general way.
+        """
+        p = self.sticky.get(topic)
+        if p is not None:
+            pq = self.partitions.get((topic, p))
+            batch = pq.open if pq is not None else None
+            if batch is not None and batch.size + nbytes <= self.batch_size:
+                batch.append_unkeyed(timestamp, value, headers, sink)  # not empty: first_ts is set
+                self.buffered_bytes += nbytes
+                if batch.size >= self.batch_size:
+                    assert pq is not None
+                    batch.sealed = pq.last_full = True
+                    pq.open = None
+                    return True
+                return False
+        p = self.sticky_partition(topic, lambda: available(topic, num_partitions), nbytes)
+        return self.append(topic, p, timestamp, None, value, headers, nbytes, sink, clock())
+
     def append(
         self,
         topic: str,

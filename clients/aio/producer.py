@@ -56,7 +56,7 @@ from ..protocol import (
 )
 from ..records import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction, RecordMetadata, TopicPartition
 from ._accumulator import METADATA_ERRORS, Outcome, RecordAccumulator
-from ._batch import BATCH_OVERHEAD, ProducerBatch, RecordSink, add_callback, encode_headers, record_size
+from ._batch import BATCH_OVERHEAD, NO_HEADERS, ProducerBatch, RecordSink, add_callback, encode_headers, record_size
 from ._idempotence import IdempotenceManager, ProducerIdState
 from ._metadata import MetadataCache
 from ._session import HttpSession
@@ -158,6 +158,7 @@ class AsyncProducer:
         self._request_timeout_ms = request_timeout_ms
         self._buffer_memory = buffer_memory
         self._max_request_size = max_request_size
+        self._max_record_bytes = min(max_request_size - BATCH_OVERHEAD, buffer_memory)
         self._max_block_s = max_block_ms / 1000
         self._retry_backoff_s = retry_backoff_ms / 1000
         self._rewrites = {k.rstrip("/"): v.rstrip("/") for k, v in (url_rewrites or {}).items()}
@@ -239,7 +240,8 @@ class AsyncProducer:
     ) -> asyncio.Future[RecordMetadata]:
         """Queue one record; the returned future resolves to its ``RecordMetadata`` once acknowledged."""
         kb, vb, hb, nbytes = self.serialize(key, value, headers)
-        self.ensure_started()
+        if self._sender is None:
+            self.ensure_started()
         n = self._metadata.cached_partition_count(topic)
         if not n:
             n = await self._wait_for_topic(topic)
@@ -550,17 +552,25 @@ class AsyncProducer:
     ) -> tuple[bytes | None, bytes | None, bytes, int]:
         """Check the producer is usable and encode one record's parts; any thread may call it."""
         self.check_open()
-        kb = _as_bytes("key", self._key_ser(key) if self._key_ser is not None and key is not None else key)
-        vb = _as_bytes("value", self._value_ser(value) if self._value_ser is not None and value is not None else value)
-        hb = encode_headers(headers)
-        nbytes = record_size(kb, vb, hb)
-        if nbytes + BATCH_OVERHEAD > self._max_request_size or nbytes > self._buffer_memory:
+        if key is not None:
+            if self._key_ser is not None:
+                key = self._key_ser(key)
+            if type(key) is not bytes:
+                key = _as_bytes("key", key)
+        if value is not None:
+            if self._value_ser is not None:
+                value = self._value_ser(value)
+            if type(value) is not bytes:
+                value = _as_bytes("value", value)
+        hb = encode_headers(headers) if headers else NO_HEADERS
+        nbytes = record_size(key, value, hb)
+        if nbytes > self._max_record_bytes:
             raise BrokerError(
                 ErrorCode.RECORD_TOO_LARGE,
                 f"record of {nbytes} bytes exceeds max_request_size={self._max_request_size} "
                 f"or buffer_memory={self._buffer_memory}",
             )
-        return kb, vb, hb, nbytes
+        return key, value, hb, nbytes
 
     def append(
         self,
@@ -577,16 +587,21 @@ class AsyncProducer:
         """Put one encoded record into its batch; True when a batch was created or filled."""
         if self._txn is not None:
             self._txn.check_send()  # the transaction may have ended since send() checked
+        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
         if partition is None:
-            if kb is not None:
-                partition = partition_for_key(kb, num_partitions)
-            else:
-                partition = self._acc.sticky_partition(topic, lambda: self._available(topic, num_partitions), nbytes)
+            if kb is None:
+                assert self._loop is not None
+                changed = self._acc.append_sticky(
+                    topic, ts, vb, hb, nbytes, sink, self._loop.time, self._available, num_partitions
+                )
+                if changed:
+                    self._wake.set()
+                return changed
+            partition = partition_for_key(kb, num_partitions)
         elif not 0 <= partition < num_partitions:
             raise BrokerError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has {num_partitions} partitions, not {partition}"
             )
-        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
         assert self._loop is not None
         changed = self._acc.append(topic, partition, ts, kb, vb, hb, nbytes, sink, self._loop.time())
         if changed:
@@ -771,8 +786,8 @@ class AsyncProducer:
         whole: BrokerError | None = None
         self.requests_sent += 1
         try:
-            _, raw = await self._session.request(
-                "POST", url + "/v1/produce", data=encode_produce_request(req), content_type=PRODUCE_CONTENT_TYPE
+            _, raw = await self._session.post_bytes(
+                url + "/v1/produce", encode_produce_request(req), PRODUCE_CONTENT_TYPE
             )
             parts = json.loads(raw)["partitions"]
         except BrokerError as exc:
