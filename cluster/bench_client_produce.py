@@ -208,9 +208,10 @@ async def _find_leaders(session: aiohttp.ClientSession, urls: list[str], topic: 
 def main(argv: list[str]) -> int:
     """Start a 3-node cluster and run every scenario against it, interleaved for ``--rounds`` rounds.
 
-    The scenarios take turns (ceiling, producer, JSON, ...) so that load from
-    other processes on the machine hits them alike; each scenario reports the
-    round with its median records/s, and the ratios use those medians.
+    The scenarios take turns (ceiling, producer, JSON, ...; reversed in odd
+    rounds) so that load from other processes on the machine and drift of the
+    cluster itself hit them alike; each scenario reports the round with its
+    median records/s, and the ratios use those medians.
     """
     from .bench import TOPIC, BenchCluster, drive_produce
 
@@ -257,8 +258,11 @@ def main(argv: list[str]) -> int:
             run_json_http_produce_bench, urls, "jsonb", *args, warmup_s=opts.warmup,
             records_per_request=opts.json_batch,
         )  # fmt: skip
-        for _ in range(opts.rounds):
-            for name, run in scenarios.items():
+        for r in range(opts.rounds):
+            # Odd rounds run the scenarios in reverse order (ABBA): a cluster whose speed drifts during the
+            # run then favours no scenario.
+            order = list(scenarios.items())
+            for name, run in order if r % 2 == 0 else reversed(order):
                 runs.setdefault(name, []).append(asyncio.run(run()))
     keys = ("mb_per_s", "records_per_s", "p50_ms", "p99_ms", "client_cpu_pct", "errors", "config")
     median: dict[str, int] = {}
