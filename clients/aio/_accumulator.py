@@ -187,6 +187,10 @@ class RecordAccumulator:
         """Kafka's sticky partitioner for null keys: stay on one partition until its batch is full.
 
         ``available``: partitions with a known leader (evaluated only when switching).
+        When switching it prefers the partitions with the fewest batches queued or in
+        flight (Kafka's adaptive partitioning, KIP-794): a random pick keeps filling
+        partitions whose in-flight window is full while others sit idle (measured:
+        15 requests in flight only a third of the time at full speed).
         """
         p = self.sticky.get(topic)
         if p is not None:
@@ -199,9 +203,17 @@ class RecordAccumulator:
                 return p
         options = available()
         choices = [q for q in options if q != p] or list(options)
+        if len(choices) > 1:
+            loads = [self._backlog(topic, q) for q in choices]
+            least = min(loads)
+            choices = [q for q, n in zip(choices, loads, strict=True) if n == least]
         p = self._rng.choice(choices)
         self.sticky[topic] = p
         return p
+
+    def _backlog(self, topic: str, partition: int) -> int:
+        pq = self.partitions.get((topic, partition))
+        return 0 if pq is None else len(pq.queue) + len(pq.inflight)
 
     def append_sticky(
         self,

@@ -197,6 +197,27 @@ def test_sticky_partition_for_null_keys_moves_on_when_the_batch_is_full():
     assert seen[2] != seen[1]  # the next record starts on another partition
 
 
+def test_sticky_partitioner_moves_to_the_least_loaded_partition():
+    # KIP-794: the next sticky partition is one with the fewest batches queued or in flight, so a
+    # partition whose in-flight window is full does not keep collecting batches while another is idle.
+    _, acc = make(batch_size=300)
+    for _ in range(3):  # partition 0: three full batches waiting
+        put(acc, 0, b"v" * 100)
+        put(acc, 0, b"v" * 100)
+    put(acc, 1, b"v" * 100)
+    put(acc, 1, b"v" * 100)  # partition 1: one full batch
+    acc.sticky[T] = 1
+    picks = set()
+    for _ in range(20):
+        acc.sticky.pop(T, None)
+        picks.add(acc.sticky_partition(T, lambda: [0, 1, 2], 116))
+    assert picks == {2}  # partition 2 holds nothing
+    put(acc, 2, b"v" * 100)
+    put(acc, 2, b"v" * 100)  # now 0: 3, 1: 1, 2: 1 -> never partition 0
+    acc.sticky.pop(T, None)
+    assert {acc.sticky_partition(T, lambda: [0, 1, 2], 116) for _ in range(20)} <= {1, 2}
+
+
 # ---- answers, retries, ordering ---------------------------------------------------------------------
 
 
