@@ -37,9 +37,11 @@ from typing import Any
 
 import aiohttp
 
+from clients.aio._http1 import Http1Pool
 from clients.protocol import (
     BATCHES_CONTENT_TYPE,
     PRODUCE_CONTENT_TYPE,
+    BrokerError,
     ErrorCode,
     ProducePartition,
     ProduceRequest,
@@ -287,68 +289,26 @@ async def aiohttp_post(session: aiohttp.ClientSession, url: str, body: bytes) ->
 
 
 class ProduceHttp:
-    """Keep-alive HTTP/1.1 produce POSTs over plain asyncio streams: the produce load generator.
+    """The produce load generator's HTTP: the Python producer's lean keep-alive transport.
 
     The bench shares the host's cores with the nodes it measures, and aiohttp's client costs
-    about 0.3 ms of CPU per request; this costs a fraction of that. It speaks only what the
-    broker answers (``Content-Length`` bodies). Every failure surfaces as ``ConnectionError``
-    and drops that connection.
+    about 0.3 ms of CPU per request; ``clients.aio._http1`` costs a fraction of that. Every
+    transport failure surfaces as ``ConnectionError``; any HTTP status returns its JSON body.
     """
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
-        self._idle: dict[tuple[str, int], list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
-        self._open: set[asyncio.StreamWriter] = set()
+        self._pool = Http1Pool()
 
     async def post(self, url: str, body: bytes) -> Any:
-        parts = urllib.parse.urlsplit(url)
-        host, port = parts.hostname or "127.0.0.1", parts.port or 80
-        head = (f"POST {parts.path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: {PRODUCE_CONTENT_TYPE}\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")  # fmt: skip
-        idle = self._idle.setdefault((host, port), [])
-        conn = idle.pop() if idle else None
         try:
-            if conn is None:
-                conn = await asyncio.wait_for(asyncio.open_connection(host, port), self.timeout)
-                self._open.add(conn[1])
-            reader, writer = conn
-            writer.writelines((head, body))
-            answer, keep = await asyncio.wait_for(self._response(reader), self.timeout)
-        except (OSError, EOFError, TimeoutError, ValueError, asyncio.LimitOverrunError) as exc:
-            if conn is not None:
-                self._drop(conn[1])
-            raise ConnectionError(f"POST {url}: {type(exc).__name__}: {exc}") from exc
-        if keep:
-            idle.append(conn)
-        else:
-            self._drop(writer)
-        return answer
-
-    @staticmethod
-    async def _response(reader: asyncio.StreamReader) -> tuple[Any, bool]:
-        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-        length, keep = None, head[0].startswith("HTTP/1.1 ")
-        for line in head[1:]:
-            name, _, value = line.partition(":")
-            name = name.strip().lower()
-            if name == "content-length":
-                length = int(value)
-            elif name == "connection":
-                keep = value.strip().lower() != "close"
-            elif name == "transfer-encoding":
-                raise ValueError(f"unsupported transfer-encoding {value.strip()!r}")
-        if length is None:
-            raise ValueError("response without Content-Length")
-        return json.loads(await reader.readexactly(length)), keep
-
-    def _drop(self, writer: asyncio.StreamWriter) -> None:
-        self._open.discard(writer)
-        writer.close()
+            answer = await self._pool.post(url, body, PRODUCE_CONTENT_TYPE, self.timeout)
+        except BrokerError as exc:
+            raise ConnectionError(f"POST {url}: {exc}") from exc
+        return json.loads(answer.body)
 
     async def close(self) -> None:
-        for writer in list(self._open):
-            self._drop(writer)
-        self._idle.clear()
+        await self._pool.close()
 
 
 class PartitionWriter:
