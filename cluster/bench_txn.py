@@ -299,10 +299,18 @@ async def visible_latency(urls: list[str], opts: argparse.Namespace) -> dict[str
 
 
 def _coordinator(cluster: BenchCluster, tid: str, via: int) -> int:
-    status, body = http_json("GET", f"{cluster.url(via)}/v1/coordinators/transaction/{tid}", timeout=5)
-    if status != 200:
+    """The coordinator node of ``tid``; retriable answers (a restarted node's partitions electing) are waited out."""
+
+    def ask() -> int | None:
+        status, body = http_json("GET", f"{cluster.url(via)}/v1/coordinators/transaction/{tid}", timeout=5)
+        if status == 200:
+            return int(body["node_id"])
+        if isinstance(body, dict) and body.get("retriable"):
+            return None
         raise RuntimeError(f"coordinator of {tid}: {status} {body}")
-    return int(body["node_id"])
+
+    found: int = wait_for(ask, 30, f"coordinator of {tid}", 0.1)
+    return found
 
 
 def _state(cluster: BenchCluster, tid: str, via: int) -> str | None:
