@@ -431,14 +431,40 @@ class GroupService:
                 now_ms=now, coordinator_epoch=cepoch,
             )  # fmt: skip
 
-        self._precheck(part, build(now_ms(), part.group.term()), transactional=True)
+        try:
+            self._precheck(part, build(now_ms(), part.group.term()), transactional=True)
+            pending_previous = False
+        except BrokerError as exc:
+            # The previous transaction's offsets still wait for its marker (EndTxn answers before the markers):
+            # the verification below waits for them on the coordinator, then the rules are checked again.
+            if exc.error_code is not ErrorCode.CONCURRENT_TRANSACTIONS:
+                raise
+            pending_previous = True
         # KIP-890: the offsets partition must be in the producer's ongoing transaction (added if needed),
         # so the transaction's marker is sure to reach these pending offsets.
         await self.broker.txn.verify_partition(transactional_id, producer_id, producer_epoch, OFFSETS_TOPIC,
                                                part.partition)  # fmt: skip
+        if pending_previous:
+            await self._wait_previous_offsets(part, build)
         result = await self._submit(part, build)
         assert isinstance(result, OffsetsCommitted), result
         return result
+
+    async def _wait_previous_offsets(self, part: GroupPartition, build: Callable[[int, int], TxnCommitOffsets]) -> None:
+        """Re-check the rules until the previous transaction's pending offsets are resolved by its marker.
+
+        The marker is written once the coordinator has completed that transaction (which verification
+        waited for), but reaches this offsets partition through its own Raft group: poll it briefly.
+        """
+        deadline = time.monotonic() + self.broker.config.request_timeout_ms / 1000
+        while True:
+            try:
+                self._precheck(part, build(now_ms(), part.group.term()), transactional=True)
+                return
+            except BrokerError as exc:
+                if exc.error_code is not ErrorCode.CONCURRENT_TRANSACTIONS or time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(0.01)
 
     def fetch_offsets(
         self,
