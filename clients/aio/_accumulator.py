@@ -342,6 +342,14 @@ class RecordAccumulator:
         be rejected as out of order, so they wait for its answer."""
         return 1 if self.idem.transactional and pq.joined != ident else self.max_in_flight
 
+    def window_open(self, topic: str, partition: int) -> bool:
+        """Whether ``partition`` may put another batch in flight now (else only an answer changes that)."""
+        pq = self.partitions.get((topic, partition))
+        if pq is None:
+            return True
+        current = self.idem.current
+        return len(pq.inflight) < self._window(pq, (current.producer_id, current.epoch))
+
     def drain(self, now: float, leader_of: Callable[[str, int], str | None]) -> list[tuple[str, list[ProducerBatch]]]:
         """Choose the batches to send now and group them into requests.
 

@@ -594,7 +594,7 @@ class AsyncProducer:
                 changed = self._acc.append_sticky(
                     topic, ts, vb, hb, nbytes, sink, self._loop.time, self._available, num_partitions
                 )
-                if changed:
+                if changed and self._acc.window_open(topic, self._acc.sticky[topic]):
                     self._wake.set()
                 return changed
             partition = partition_for_key(kb, num_partitions)
@@ -604,7 +604,9 @@ class AsyncProducer:
             )
         assert self._loop is not None
         changed = self._acc.append(topic, partition, ts, kb, vb, hb, nbytes, sink, self._loop.time())
-        if changed:
+        # A full in-flight window: the sender has nothing to send until an answer arrives, which wakes it
+        # anyway. At full speed that is the usual case, and waking it per filled batch cost CPU for nothing.
+        if changed and self._acc.window_open(topic, partition):
             self._wake.set()
         return changed
 
