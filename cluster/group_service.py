@@ -445,26 +445,12 @@ class GroupService:
         await self.broker.txn.verify_partition(transactional_id, producer_id, producer_epoch, OFFSETS_TOPIC,
                                                part.partition)  # fmt: skip
         if pending_previous:
-            await self._wait_previous_offsets(part, build)
+            # Verification returned once the previous transaction completed, i.e. after its marker was
+            # applied here (this node leads the offsets partition): the rules hold now, or the answer stands.
+            self._precheck(part, build(now_ms(), part.group.term()), transactional=True)
         result = await self._submit(part, build)
         assert isinstance(result, OffsetsCommitted), result
         return result
-
-    async def _wait_previous_offsets(self, part: GroupPartition, build: Callable[[int, int], TxnCommitOffsets]) -> None:
-        """Re-check the rules until the previous transaction's pending offsets are resolved by its marker.
-
-        The marker is written once the coordinator has completed that transaction (which verification
-        waited for), but reaches this offsets partition through its own Raft group: poll it briefly.
-        """
-        deadline = time.monotonic() + self.broker.config.request_timeout_ms / 1000
-        while True:
-            try:
-                self._precheck(part, build(now_ms(), part.group.term()), transactional=True)
-                return
-            except BrokerError as exc:
-                if exc.error_code is not ErrorCode.CONCURRENT_TRANSACTIONS or time.monotonic() >= deadline:
-                    raise
-            await asyncio.sleep(0.01)
 
     def fetch_offsets(
         self,

@@ -58,6 +58,11 @@ class FullSnapshotBuilder:
         ident = self._identity()
         if ident is None:
             return None
+        with self._lock:  # asked at every AppendEntries while a follower waits: answer without reading files
+            if self._ready_for == ident:
+                return self.full_path
+            if self._building_for is not None or self._closed:
+                return None
         try:
             reader = snapshot.SnapshotReader(self.dump_path)
         except Exception:
@@ -66,8 +71,6 @@ class FullSnapshotBuilder:
         if not reader.light:
             return self.dump_path  # a full container already (written before the machine was store-backed)
         with self._lock:
-            if self._ready_for == ident:
-                return self.full_path
             if self._building_for is None and not self._closed:
                 self._building_for = ident
                 state_index, write_body = self._sm.consistent_snapshot()  # the view is taken here, on the ticker
