@@ -233,7 +233,8 @@ def test_real_prometheus_scrapes_cluster_dashboards_and_alerts(
         wait_for(lambda: pending("TxbrokerUnderReplicatedPartitions"), 30, "under-replicated alert pending")
         down = prom.query('up{job="txbroker"} == 0')
         assert [d["metric"]["instance"] for d in down] == [cluster.urls[2].split("//")[1]]
-        assert prom.scalar("sum(txbroker_controller_is_leader)") == 1
+        # Node 3 may have been the controller: the survivors elect one and the next scrape shows it.
+        wait_value(prom, "sum(txbroker_controller_is_leader)", lambda v: v == 1, "one controller among the survivors")
 
         # ---- pictures for a person ----------------------------------------------------------------
         out = artifacts_dir("dashboards")
