@@ -420,8 +420,12 @@ def run_txn_bench(opts: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="txbroker-bench-txn-") as tmp, BenchCluster(Path(tmp)) as cluster:
         cluster.start()
         urls = [c.url for c in cluster.configs]
-        for t in ("bench-idempotent", "bench-transactional", "bench-aborted-10pct", "bench-visible"):
+        topics = ("bench-idempotent", "bench-transactional", "bench-aborted-10pct", "bench-visible")
+        for t in topics:
             cluster.create_topic(t, opts.partitions)
+        # Every topic led by its preferred replicas (one leader per node) before anything is measured: the
+        # leader balancer moving a partition mid-window costs that window retries and throughput.
+        report["leaders_balanced"] = {t: cluster.preferred_leaders(t)[1] for t in topics}
         parts = {
             "produce": lambda: asyncio.run(produce_comparison(urls, opts)),
             "consume": lambda: asyncio.run(consume_comparison(urls, opts)),
