@@ -16,6 +16,11 @@
   process tails the topic. Latency is ``send()`` to the ``poll()`` that
   returned the record (values carry the send time). A record waits for its
   transaction's commit, so the floor is the interval; target p99 <= interval + 50 ms.
+* **commit cycle**: where one commit's time goes at full speed -- ``flush()``
+  (the buffer drains; the broker is busy), EndTxn, and the next transaction's
+  first acknowledgement (which waits for the previous markers,
+  CompleteCommit and its own AddPartitions); the last two are time in which
+  the nodes have little to replicate (``docs/pipelined-transactions.md``).
 * **coordinator failover**: a commit is decided (PrepareCommit durable) but
   cannot complete because the node holding a replication-factor-1 partition
   of the transaction is SIGSTOPped; then the coordinator node is SIGKILLed
@@ -23,7 +28,7 @@
   a surviving node, and to ``commit_transaction`` returning. Target <= 5 s.
 
 ``python -m cluster.bench_txn [--rounds N] [--duration S] [--only ...]`` runs all
-four; ``run_txn_bench(opts)`` returns the same report for ``txbroker bench``.
+five; ``run_txn_bench(opts)`` returns the same report for ``txbroker bench``.
 """
 
 from __future__ import annotations
@@ -295,6 +300,70 @@ async def visible_latency(urls: list[str], opts: argparse.Namespace) -> dict[str
     }  # fmt: skip
 
 
+# ---- commit cycle: where a transactional commit's time goes ----------------------------------------------------
+
+
+async def commit_cycle(urls: list[str], opts: argparse.Namespace) -> dict[str, Any]:
+    """Per commit of a full-speed transactional producer: flush, EndTxn, and the next transaction's start.
+
+    ``flush`` drains the buffer (the broker is busy); ``end_txn`` is
+    ``commit_transaction()`` after that flush (EndTxn answered at PrepareCommit);
+    ``next_first_ack`` is from ``begin_transaction()`` to the acknowledgement of
+    the next transaction's first record (it waits on the coordinator for the
+    previous markers, CompleteCommit and its own AddPartitions). The last two
+    are time in which the nodes have little to replicate.
+    """
+    topic = "bench-cycle"
+    value = os.urandom(opts.record_size)
+    interval = opts.commit_interval_ms / 1000
+    steps: dict[str, list[float]] = {"flush": [], "end_txn": [], "next_first_ack": []}
+    pending: set[asyncio.Task[None]] = set()
+
+    async def first_ack(fut: asyncio.Future[Any], began: float) -> None:
+        with contextlib.suppress(BrokerError):
+            await fut
+            steps["next_first_ack"].append((time.monotonic() - began) * 1000)
+
+    async with AsyncProducer(urls, transactional_id="bench-txn-cycle", linger_ms=opts.linger_ms,
+                             buffer_memory=opts.buffer_memory) as p:  # fmt: skip
+        await p.partitions_for(topic)
+        await p.init_transactions()
+        p.begin_transaction()
+        start = time.monotonic()
+        end, next_commit = start + opts.warmup + opts.duration, start + interval
+        i = 0
+        while time.monotonic() < end:
+            await p.send(topic, value)
+            i += 1
+            if i % 32 or time.monotonic() < next_commit:
+                continue
+            measured = time.monotonic() >= start + opts.warmup
+            t0 = time.monotonic()
+            await p.flush()
+            t1 = time.monotonic()
+            await p.commit_transaction()
+            t2 = time.monotonic()
+            p.begin_transaction()
+            began = time.monotonic()
+            fut = await p.send(topic, value)
+            if measured:
+                steps["flush"].append((t1 - t0) * 1000)
+                steps["end_txn"].append((t2 - t1) * 1000)
+                task = asyncio.create_task(first_ack(fut, began))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            next_commit = time.monotonic() + interval
+        await p.commit_transaction()
+        await asyncio.gather(*pending)
+    out: dict[str, Any] = {"commits": len(steps["flush"])}
+    for name, values in steps.items():
+        out[name] = {"p50_ms": _pct(values, 0.5), "p90_ms": _pct(values, 0.9),
+                     "mean_ms": round(statistics.fmean(values), 1) if values else None}  # fmt: skip
+    out["config"] = {"record_size": opts.record_size, "commit_interval_ms": opts.commit_interval_ms,
+                     "linger_ms": opts.linger_ms, "buffer_memory": opts.buffer_memory}  # fmt: skip
+    return out
+
+
 # ---- coordinator failover ---------------------------------------------------------------------------------------
 
 
@@ -410,8 +479,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency-rate", type=int, default=2000, help="records/s of the visibility-latency run")
     p.add_argument("--latency-seconds", type=float, default=10.0)
     p.add_argument("--failovers", type=int, default=3)
-    p.add_argument("--only", nargs="+", default=["produce", "consume", "latency", "failover"],
-                   choices=["produce", "consume", "latency", "failover"])  # fmt: skip
+    p.add_argument("--only", nargs="+", default=["produce", "consume", "latency", "cycle", "failover"],
+                   choices=["produce", "consume", "latency", "cycle", "failover"])  # fmt: skip
 
 
 def run_txn_bench(opts: argparse.Namespace) -> dict[str, Any]:
@@ -420,7 +489,7 @@ def run_txn_bench(opts: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="txbroker-bench-txn-") as tmp, BenchCluster(Path(tmp)) as cluster:
         cluster.start()
         urls = [c.url for c in cluster.configs]
-        topics = ("bench-idempotent", "bench-transactional", "bench-aborted-10pct", "bench-visible")
+        topics = ("bench-idempotent", "bench-transactional", "bench-aborted-10pct", "bench-visible", "bench-cycle")
         for t in topics:
             cluster.create_topic(t, opts.partitions)
         # Every topic led by its preferred replicas (one leader per node) before anything is measured: the
@@ -430,6 +499,7 @@ def run_txn_bench(opts: argparse.Namespace) -> dict[str, Any]:
             "produce": lambda: asyncio.run(produce_comparison(urls, opts)),
             "consume": lambda: asyncio.run(consume_comparison(urls, opts)),
             "latency": lambda: asyncio.run(visible_latency(urls, opts)),
+            "cycle": lambda: asyncio.run(commit_cycle(urls, opts)),
             "failover": lambda: coordinator_failover(cluster, opts),
         }
         for name in opts.only:
@@ -452,4 +522,3 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
-
