@@ -329,8 +329,14 @@ def test_new_coordinator_serves_offsets_and_generation_after_sigkill(make_cluste
     new = coordinator(c, group, alive=survivors)
     assert new != coord
     a.via = new
-    status, desc = http("GET", c.url(new) + f"/v1/groups/{group}")
-    assert status == 200 and desc["state"] == "Stable", desc
+
+    def described() -> dict[str, Any] | None:
+        # The new coordinator may still be loading the group (COORDINATOR_LOAD_IN_PROGRESS, retriable).
+        status, body = http("GET", c.url(new) + f"/v1/groups/{group}")
+        return body if status == 200 else None
+
+    desc = wait_for(described, 30, f"{group} described by its new coordinator")
+    assert desc["state"] == "Stable", desc
     assert desc["generation_id"] == a.generation and [m["member_id"] for m in desc["members"]] == [a.member_id]
     assert a.heartbeat() == (200, {})  # the generation it holds is still the group's
     assert [(o["partition"], o["offset"]) for o in offsets_of(c, group, via=new)[1]["offsets"]] == [(0, 42)]
