@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -43,6 +44,15 @@ def run_with_server(handler: Handler, scenario: Callable[[str, dict[str, Any]], 
     asyncio.run(main())
 
 
+@asynccontextmanager
+async def open_pool(**kwargs: Any) -> AsyncIterator[Http1Pool]:
+    pool = Http1Pool(**kwargs)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
 async def echo(request: web.Request) -> web.StreamResponse:
     body = await request.read()
     return web.json_response({"len": len(body), "type": request.content_type, "path": request.path_qs})
@@ -50,16 +60,13 @@ async def echo(request: web.Request) -> web.StreamResponse:
 
 def test_posts_reuse_one_keep_alive_connection() -> None:
     async def scenario(url: str, stats: dict[str, Any]) -> None:
-        pool = Http1Pool()
-        try:
+        async with open_pool() as pool:
             for n in (0, 1, 70_000, 5):
                 answer = await pool.post(url + "/v1/produce?x=1", b"a" * n, "application/x-test", 5.0)
                 assert answer.status == 200
                 assert answer.content_type == "application/json"
                 assert json.loads(answer.body) == {"len": n, "type": "application/x-test", "path": "/v1/produce?x=1"}
             assert len(stats["peers"]) == 1
-        finally:
-            await pool.close()
 
     run_with_server(echo, scenario)
 
@@ -70,13 +77,10 @@ def test_concurrent_posts_use_separate_connections() -> None:
         return await echo(request)
 
     async def scenario(url: str, stats: dict[str, Any]) -> None:
-        pool = Http1Pool()
-        try:
+        async with open_pool() as pool:
             answers = await asyncio.gather(*(pool.post(url, b"x" * i, "a/b", 5.0) for i in range(4)))
             assert sorted(json.loads(a.body)["len"] for a in answers) == [0, 1, 2, 3]
             assert len(stats["peers"]) == 4
-        finally:
-            await pool.close()
 
     run_with_server(slow, scenario)
 
@@ -111,14 +115,11 @@ def test_chunked_answer_is_refused_as_a_network_error() -> None:
         return resp
 
     async def scenario(url: str, _stats: dict[str, Any]) -> None:
-        pool = Http1Pool()
-        try:
+        async with open_pool() as pool:
             with pytest.raises(BrokerError) as info:
                 await pool.post(url, b"x", "a/b", 5.0)
             assert info.value.error_code is ErrorCode.NETWORK_EXCEPTION
             assert info.value.retriable
-        finally:
-            await pool.close()
 
     run_with_server(chunked, scenario)
 
@@ -133,14 +134,11 @@ def test_oversized_answer_and_dropped_connection_are_network_errors() -> None:
         return web.Response(body=b"z" * 5000, content_type="application/json")
 
     async def scenario(url: str, _stats: dict[str, Any]) -> None:
-        pool = Http1Pool(max_body=4096)
-        try:
+        async with open_pool(max_body=4096) as pool:
             for body in (b"big", b"drop"):
                 with pytest.raises(BrokerError) as info:
                     await pool.post(url, body, "a/b", 5.0)
                 assert info.value.error_code is ErrorCode.NETWORK_EXCEPTION, body
-        finally:
-            await pool.close()
 
     run_with_server(big_or_drop, scenario)
 
@@ -152,15 +150,12 @@ def test_no_answer_within_the_timeout_is_request_timed_out_and_the_pool_recovers
         return await echo(request)
 
     async def scenario(url: str, _stats: dict[str, Any]) -> None:
-        pool = Http1Pool()
-        try:
+        async with open_pool() as pool:
             with pytest.raises(BrokerError) as info:
                 await pool.post(url, b"slow", "a/b", 0.2)
             assert info.value.error_code is ErrorCode.REQUEST_TIMED_OUT
             answer = await pool.post(url, b"ok", "a/b", 5.0)  # a fresh connection: the timed-out one was dropped
             assert json.loads(answer.body)["len"] == 2
-        finally:
-            await pool.close()
 
     run_with_server(maybe_slow, scenario)
 
