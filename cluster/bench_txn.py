@@ -440,14 +440,13 @@ def _failover_once(cluster: BenchCluster, urls: list[str], attempt: int) -> dict
         loop.close()
     cluster.start_node(coord)
     cluster.wait_ready()
+    returned: float | None = outcome.get("returned")
     return {
         "sigkill_to_complete_commit_s": round(t_complete - t0, 2),
         # EndTxn answers once PrepareCommit is durable, so commit_transaction() has normally returned before
         # the kill; the pending part is the markers, which the new coordinator finishes.
-        "commit_returned_before_kill": "returned" in outcome and outcome["returned"] <= t0,
-        "sigkill_to_commit_returned_s": (
-            round(outcome["returned"] - t0, 2) if "returned" in outcome and outcome["returned"] > t0 else None
-        ),
+        "commit_returned_before_kill": returned is not None and returned <= t0,
+        "sigkill_to_commit_returned_s": round(returned - t0, 2) if returned is not None and returned > t0 else None,
         "error": outcome.get("error"),
         "killed_coordinator": coord,
         "paused_partition_node": x,
