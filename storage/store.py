@@ -65,7 +65,13 @@ class NodeStore:
         opts.set_min_blob_size(_MIN_BLOB_BYTES)
         opts.set_blob_file_size(256 * 1024 * 1024)
         opts.set_blob_compression_type(DBCompressionType.none())
-        opts.set_enable_blob_gc(True)  # relocate live blobs out of old files as compaction passes (retention)
+        # No blob GC: it relocates every *live* blob of the oldest blob files whenever a compaction passes
+        # them, i.e. rewrites the log for nothing. Measured: up to half a core per 3 nodes in RocksDB's
+        # compaction threads after ~1 GB written, and node CPU per record up 30-70 %. Retention deletes a
+        # partition from its oldest offsets on, so blob files empty out whole and RocksDB drops a blob file
+        # once no SST refers to it (checked: 969 MB of blob files -> 456 MB live after deletes and
+        # compaction). A file that still holds one live batch of a topic with longer retention stays.
+        opts.set_enable_blob_gc(False)
         opts.set_write_buffer_size(64 * 1024 * 1024)
         opts.set_max_write_buffer_number(4)
         opts.set_max_background_jobs(4)
