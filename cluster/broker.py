@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -54,6 +55,7 @@ from .metrics import NodeMetrics, NodeSample, PartitionSample
 from .peers import PeerView
 from .producer_ids import ProducerIdManager
 from .replicas import LocalReplica, ReplicaManager
+from .sequencer import SubmitSequencer
 from .topics import (
     TopicMetadata,
     assign_replicas,
@@ -134,6 +136,7 @@ class Broker:
         )
         self.peers = PeerView(config)
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
+        self.sequencer = SubmitSequencer(on_wait=lambda outcome: metrics.reordered_batches.labels(outcome).inc())
         self.txn = TransactionService(self)
         self.consumer_groups = GroupService(self)
         self.controller: RaftGroup | None = None
@@ -544,6 +547,17 @@ class Broker:
                     await self.txn.verify_partition(
                         transactional_id, header.producer_id, header.producer_epoch, p.topic, p.partition
                     )
+            seq_key = (p.topic, p.partition, header.producer_id)
+            if header.is_idempotent and header.base_sequence >= 0:
+                # Batches of one producer may arrive out of order on separate connections: submit in order.
+                await self.sequencer.wait_turn(
+                    seq_key,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    timeout,
+                    functools.partial(rep.log.expected_sequence, header.producer_id, header.producer_epoch),
+                )
+                self.sequencer.submitted(seq_key, header.producer_epoch, header.base_sequence, header.record_count)
             command = encode_append(p.batch, now_ms())
             if acks == 0:
                 rep.group.submit_threadsafe(command, lambda _r, _e: None)

@@ -361,6 +361,12 @@ class NodeMetrics:
             ["topic"],
             registry=r,
         )
+        self.reordered_batches = Counter(
+            f"{PREFIX}_reordered_batches",
+            "Idempotent batches that arrived ahead of their predecessor and waited for it before Raft",
+            ["outcome"],
+            registry=r,
+        )
         self.out_of_order_rejections = Counter(
             f"{PREFIX}_out_of_order_rejections",
             "Idempotent batches rejected with OUT_OF_ORDER_SEQUENCE_NUMBER",

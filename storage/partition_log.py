@@ -46,6 +46,7 @@ from typing import BinaryIO
 from rocksdict import WriteBatch
 
 from clients.protocol import (
+    NO_SEQUENCE,
     BatchHeader,
     BrokerError,
     ControlType,
@@ -81,6 +82,7 @@ from storage.log_format import (
     offset_key_suffix,
 )
 from storage.producer_state import (
+    MAX_SEQUENCE,
     ProducerStateEntry,
     ProducerStateManager,
     decode_entry,
@@ -280,6 +282,19 @@ class PartitionLog:
 
     def producer_entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self._producers.get(producer_id)
+
+    def expected_sequence(self, producer_id: int, producer_epoch: int) -> int | None:
+        """The base sequence the applied state accepts next from this producer and epoch.
+
+        None when it cannot tell: an older epoch (fenced), or no entry while the
+        state may have been lost (the batch will be judged at apply anyway).
+        """
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            return None if self._meta.state_may_be_lost else 0
+        if producer_epoch != entry.producer_epoch:
+            return 0 if producer_epoch > entry.producer_epoch else None
+        return 0 if entry.last_seq in (NO_SEQUENCE, MAX_SEQUENCE) else entry.last_seq + 1
 
     def producer_entries(self) -> list[ProducerStateEntry]:
         """Every producer entry by pid (DescribeProducers). Raft thread or a quiet log only."""

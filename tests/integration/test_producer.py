@@ -4,18 +4,32 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import http.client as http_client
 import itertools
+import json
+import socket
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from clients import DeliveryTimeoutError, Producer
 from clients.aio import AsyncProducer
 from clients.partitioner import partition_for_key
-from clients.protocol import BrokerError, ErrorCode
+from clients.protocol import (
+    PRODUCE_CONTENT_TYPE,
+    BrokerError,
+    ErrorCode,
+    ProducePartition,
+    ProduceRequest,
+    Record,
+    encode_batch,
+    encode_produce_request,
+)
 from clients.records import RecordMetadata
 from tests.support.cluster import LocalCluster, http
 from tests.support.exactly_once import assert_exactly_once_in_order, read_log
@@ -229,3 +243,72 @@ def test_async_send_to_an_unreachable_cluster_fails_after_max_block_ms():
             await p.close(1)
 
     assert 0.2 < asyncio.run(run()) < 10
+
+
+# ---- the leader's submit order ---------------------------------------------------------------------------
+
+
+def _reordered(url: str) -> float:
+    _, text = http("GET", url + "/metrics")
+    return sum(
+        s.value
+        for fam in text_string_to_metric_families(text.decode() if isinstance(text, bytes) else str(text))
+        for s in fam.samples
+        if s.name == "txbroker_reordered_batches_total" and s.labels.get("outcome") == "in_order"
+    )
+
+
+def _start_post(url: str, body: bytes, *, hold_last_byte: bool) -> socket.socket:
+    host, port = urllib.parse.urlsplit(url).netloc.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    head = (
+        f"POST /v1/produce HTTP/1.1\r\nHost: {host}\r\nContent-Type: {PRODUCE_CONTENT_TYPE}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    sock.sendall(head + (body[:-1] if hold_last_byte else body))
+    return sock
+
+
+def _answer(sock: socket.socket) -> dict[str, Any]:
+    resp = http_client.HTTPResponse(sock)
+    resp.begin()
+    part = json.loads(resp.read())["partitions"][0]
+    sock.close()
+    return dict(part)
+
+
+def test_batches_that_overtake_their_predecessor_wait_for_it_on_the_leader(cluster, topic):
+    """Two in-flight batches of one producer on separate connections, the later one arriving first.
+
+    The leader holds the overtaking batch until its predecessor is submitted, so both land in sequence order
+    instead of the later one failing with OUT_OF_ORDER_SEQUENCE_NUMBER (cluster/sequencer.py). The first
+    batch's request is held one byte short of complete, so the second is certainly read first; a round whose
+    first batch still went first (the leader had not read the second in time) is simply repeated.
+    """
+    status, init = http("POST", cluster.urls[0] + "/v1/producers/init", {"transactional_id": None})
+    assert status == 200, init
+    pid, epoch = int(init["producer_id"]), int(init["producer_epoch"])
+    url = cluster.url(cluster.leader(topic, 0))
+    records = [Record(value=f"r{i}".encode()) for i in range(10)]
+
+    def request(seq: int) -> bytes:
+        batch = encode_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+        return encode_produce_request(ProduceRequest((ProducePartition(topic, 0, batch),)))
+
+    before, offsets = _reordered(url), []
+    deadline = time.monotonic() + 60
+    seq = 0
+    while _reordered(url) == before:
+        assert time.monotonic() < deadline, "the second batch never overtook the first in 60 s"
+        first = _start_post(url, request(seq), hold_last_byte=True)
+        second = _start_post(url, request(seq + 10), hold_last_byte=False)
+        time.sleep(0.03)  # pacing only: if the leader has not read `second` yet, this round proves nothing
+        first.sendall(request(seq)[-1:])
+        a, b = _answer(first), _answer(second)
+        assert a.get("error_code", "NONE") == "NONE" and b.get("error_code", "NONE") == "NONE", (a, b)
+        assert b["base_offset"] == a["base_offset"] + 10
+        offsets += [a["base_offset"], b["base_offset"]]
+        seq += 20
+    assert offsets == list(range(0, 10 * len(offsets), 10))
+    stored = batches(cluster, topic, 0)
+    assert [b["base_sequence"] for b in stored] == list(range(0, seq, 10))
