@@ -232,21 +232,35 @@ class RecordAccumulator:
         The common case of a producer's hot loop, so it touches as little as it can;
         anything else (no open batch, full batch) goes the general way.
         """
-        p = self.sticky.get(topic)
-        if p is not None:
-            pq = self.partitions.get((topic, p))
-            batch = pq.open if pq is not None else None
-            if batch is not None and batch.size + nbytes <= self.batch_size:
-                batch.append_unkeyed(timestamp, value, headers, sink)  # not empty: first_ts is set
-                self.buffered_bytes += nbytes
-                if batch.size >= self.batch_size:
-                    assert pq is not None
-                    batch.sealed = pq.last_full = True
-                    pq.open = None
-                    return True
-                return False
+        batch = self.open_sticky_batch(topic, nbytes)
+        if batch is not None:
+            batch.append_unkeyed(timestamp, value, headers, sink)  # not empty: first_ts is set
+            return self.appended_to_open(batch, nbytes)
         p = self.sticky_partition(topic, lambda: available(topic, num_partitions), nbytes)
         return self.append(topic, p, timestamp, None, value, headers, nbytes, sink, clock())
+
+    def open_sticky_batch(self, topic: str, nbytes: int) -> ProducerBatch | None:
+        """The sticky partition's open batch if it has room for ``nbytes`` more (``send``'s fast path)."""
+        p = self.sticky.get(topic)
+        if p is None:
+            return None
+        pq = self.partitions.get((topic, p))
+        if pq is None:
+            return None
+        batch = pq.open
+        if batch is None or batch.size + nbytes > self.batch_size:
+            return None
+        return batch
+
+    def appended_to_open(self, batch: ProducerBatch, nbytes: int) -> bool:
+        """Account a record added to ``batch`` (from ``open_sticky_batch``); True when that filled it."""
+        self.buffered_bytes += nbytes
+        if batch.size < self.batch_size:
+            return False
+        pq = self.partitions[(batch.topic, batch.partition)]
+        batch.sealed = pq.last_full = True
+        pq.open = None
+        return True
 
     def append(
         self,

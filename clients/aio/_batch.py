@@ -286,12 +286,12 @@ class ProducerBatch:
             return
         self.reported = True
         topic, partition = self.topic, self.partition
-        offset = base_offset
+        offset, step = base_offset, (1 if base_offset >= 0 else 0)
+        new = tuple.__new__  # RecordMetadata(...) without the named tuple's Python-level __new__: one per record
         for sink, ts, ks, vs, hs in self.thunks:
             if not sink.done():
-                sink.set_result(RecordMetadata(topic, partition, offset, ts, log_append_time, ks, vs, hs))
-            if base_offset >= 0:
-                offset += 1
+                sink.set_result(new(RecordMetadata, (topic, partition, offset, ts, log_append_time, ks, vs, hs)))
+            offset += step
         self._release()
 
     def fail(self, exc: BrokerError) -> None:

@@ -70,6 +70,7 @@ log = logging.getLogger("clients.producer")
 Serializer = Callable[[Any], bytes | None]
 Callback = Callable[[RecordMetadata | None, BaseException | None], None]
 _MAX_RETRIES = 2**31 - 1
+_UNKEYED_OVERHEAD = record_size(None, b"", NO_HEADERS)  # a record with a null key and no headers, less its value
 
 
 def _acks(value: str | int) -> int:
@@ -239,6 +240,34 @@ class AsyncProducer:
         callback: Callback | None = None,
     ) -> asyncio.Future[RecordMetadata]:
         """Queue one record; the returned future resolves to its ``RecordMetadata`` once acknowledged."""
+        if (
+            key is None
+            and partition is None
+            and headers is None
+            and timestamp_ms is None
+            and callback is None
+            and type(value) is bytes
+            and self._value_ser is None
+            and self._loop is not None
+            and self._usable()
+        ):
+            # The hot loop's case -- a bytes value for the sticky partition's open batch -- in few steps;
+            # the same checks and bytes as the general path below, which takes every other case.
+            nbytes = len(value) + _UNKEYED_OVERHEAD
+            acc = self._acc
+            batch = acc.open_sticky_batch(topic, nbytes)
+            if (
+                batch is not None
+                and nbytes <= self._max_record_bytes
+                and acc.buffered_bytes + nbytes <= self._buffer_memory
+            ):
+                fut: asyncio.Future[RecordMetadata] = self._loop.create_future()
+                batch.append_unkeyed(time.time_ns() // 1_000_000, value, NO_HEADERS, fut)
+                if acc.appended_to_open(batch, nbytes):
+                    if acc.window_open(topic, batch.partition):
+                        self._wake.set()
+                    await asyncio.sleep(0)  # a batch filled up: let the sender ship it
+                return fut
         kb, vb, hb, nbytes = self.serialize(key, value, headers)
         if self._sender is None:
             self.ensure_started()
@@ -248,7 +277,7 @@ class AsyncProducer:
         if self._acc.buffered_bytes + nbytes > self._buffer_memory and self._acc.buffered_bytes > 0:
             await self._wait_for_memory(nbytes)
         assert self._loop is not None
-        fut: asyncio.Future[RecordMetadata] = self._loop.create_future()
+        fut = self._loop.create_future()
         if callback is not None:
             add_callback(fut, callback, log.error)
         if self.append(topic, partition, kb, vb, hb, nbytes, timestamp_ms, fut, n):
@@ -538,6 +567,16 @@ class AsyncProducer:
         self._raise_if_fatal()
         if self._txn is not None:
             self._txn.check_send()
+
+    def _usable(self) -> bool:
+        """What ``check_open`` checks, as a test: open, not failed, and inside a transaction if transactional."""
+        txn = self._txn
+        return (
+            not self._closed
+            and self._idem.fatal_error is None
+            and self._internal_error is None
+            and (txn is None or (txn.state is TxnState.IN_TRANSACTION and txn.fatal_error is None))
+        )
 
     def _raise_if_fatal(self) -> None:
         if self._txn is not None and self._txn.fatal_error is not None:
