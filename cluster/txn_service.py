@@ -180,6 +180,9 @@ class TransactionService:
         self._drivers: dict[tuple[str, int, int], asyncio.Task[None]] = {}
         self._group_drivers: dict[str, asyncio.Task[None]] = {}
         self._verified: OrderedDict[tuple[str, int, int, str, int], None] = OrderedDict()
+        # Verifications under way: the batches a producer sends behind a transaction's first batch to a
+        # partition share its verification instead of each asking the coordinator.
+        self._verifying: dict[tuple[str, int, int, str, int], asyncio.Future[None]] = {}
         self._abort_reason: dict[str, TxnOutcome] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
@@ -759,6 +762,34 @@ class TransactionService:
         if key in self._verified:
             self._verified.move_to_end(key)
             return
+        pending = self._verifying.get(key)
+        if pending is not None:
+            try:
+                await asyncio.shield(pending)  # its outcome (error included) is ours
+                return
+            except asyncio.CancelledError:
+                if not pending.cancelled():
+                    raise  # we were cancelled
+            # The request that was verifying went away before an answer: verify for ourselves.
+            return await self.verify_partition(transactional_id, producer_id, producer_epoch, topic, partition)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._verifying[key] = fut
+        try:
+            await self._verify(key)
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+        except Exception as exc:
+            fut.set_exception(exc)
+            fut.exception()  # retrieved: nobody else may be waiting
+            raise
+        else:
+            fut.set_result(None)
+        finally:
+            del self._verifying[key]
+
+    async def _verify(self, key: tuple[str, int, int, str, int]) -> None:
+        transactional_id, producer_id, producer_epoch, topic, partition = key
         p = self.partition_for(transactional_id)
         local = self.groups.local.get(p)
         if local is not None and local.group.is_leader():

@@ -93,7 +93,7 @@ class Outcome(enum.Enum):
 
 
 class PartitionQueue:
-    __slots__ = ("inflight", "joined", "last_full", "open", "partition", "queue", "topic")
+    __slots__ = ("inflight", "last_full", "open", "partition", "queue", "topic")
 
     def __init__(self, topic: str, partition: int) -> None:
         self.topic = topic
@@ -102,9 +102,6 @@ class PartitionQueue:
         self.inflight: list[ProducerBatch] = []
         self.open: ProducerBatch | None = None
         self.last_full = False  # the last batch was sealed because it was full (sticky partitioner moves on)
-        # Transactional: the identity under which a batch to this partition was acknowledged, i.e. the
-        # partition is in that transaction (KIP-890 verification done). Until then one batch at a time.
-        self.joined: tuple[int, int] | None = None
 
     def has_live_predecessors(self, batch: ProducerBatch) -> bool:
         for b in self.inflight:
@@ -350,19 +347,12 @@ class RecordAccumulator:
                     sends.append(b)
         return sends, hold
 
-    def _window(self, pq: PartitionQueue, ident: tuple[int, int]) -> int:
-        """Batches ``pq`` may have in flight. The first batch of a transaction to a partition is held at
-        the leader while the coordinator adds the partition (KIP-890); batches sent behind it would only
-        be rejected as out of order, so they wait for its answer."""
-        return 1 if self.idem.transactional and pq.joined != ident else self.max_in_flight
-
     def window_open(self, topic: str, partition: int) -> bool:
         """Whether ``partition`` may put another batch in flight now (else only an answer changes that)."""
         pq = self.partitions.get((topic, partition))
         if pq is None:
             return True
-        current = self.idem.current
-        return len(pq.inflight) < self._window(pq, (current.producer_id, current.epoch))
+        return len(pq.inflight) < self.max_in_flight
 
     def drain(self, now: float, leader_of: Callable[[str, int], str | None]) -> list[tuple[str, list[ProducerBatch]]]:
         """Choose the batches to send now and group them into requests.
@@ -374,7 +364,6 @@ class RecordAccumulator:
         at most ``max_request_size`` bytes. Chosen batches are IN_FLIGHT on return.
         """
         idem = self.idem
-        ident = (idem.current.producer_id, idem.current.epoch)
         slots: dict[str, tuple[list[list[ProducerBatch]], list[int]]] = {}
         items = list(self.partitions.values())
         if len(items) > 1:
@@ -385,12 +374,11 @@ class RecordAccumulator:
             if not pq.queue and not pq.inflight:
                 continue
             sends, hold = self._retries_to_send(pq, now)
-            window = self._window(pq, ident)
             new = (
                 not hold
                 and idem.can_sequence
                 and pq.queue
-                and len(pq.inflight) < window
+                and len(pq.inflight) < self.max_in_flight
                 and self._sendable_new(pq.queue[0], now)
             )
             if not sends and not new:
@@ -409,7 +397,7 @@ class RecordAccumulator:
                 b.seal_wire(cur.producer_id, cur.epoch, seq, transactional=idem.transactional)
                 pq.inflight.append(b)
                 sends.append(b)
-                new = bool(pq.queue) and len(pq.inflight) < window and self._sendable_new(pq.queue[0], now)
+                new = bool(pq.queue) and len(pq.inflight) < self.max_in_flight and self._sendable_new(pq.queue[0], now)
             requests, sizes = slots.setdefault(url, ([], []))
             start = 0
             for b in sends:
@@ -448,8 +436,6 @@ class RecordAccumulator:
                 self.stats["late_success"] += 1
             return Outcome.LATE
         if error is None or error.error_code is ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
-            if idem.transactional:
-                pq.joined = (batch.producer_id, batch.producer_epoch)
             self._report_success(batch, base_offset if error is None else -1, log_append_time)
             self._finish(pq, batch)
             return Outcome.ACKED
@@ -661,12 +647,11 @@ class RecordAccumulator:
             if best is None or t < best:
                 best = t
 
-        ident = (self.idem.current.producer_id, self.idem.current.epoch)
         for tp, pq in self.partitions.items():
             if pq.queue:
                 head = pq.queue[0]
                 consider(head.created + self.delivery_timeout_s)
-                if self.idem.can_sequence and len(pq.inflight) < self._window(pq, ident) and tp not in self.no_leader:
+                if self.idem.can_sequence and len(pq.inflight) < self.max_in_flight and tp not in self.no_leader:
                     consider(head.created + self.linger_s)
             for b in pq.inflight:
                 if not b.reported:

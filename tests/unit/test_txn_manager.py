@@ -138,26 +138,34 @@ def test_batches_are_sequenced_only_while_a_transaction_sends():
     assert send_all(acc, 2.0), "COMMITTING flushes the open transaction's batches"
 
 
-def test_first_batch_of_a_transaction_to_a_partition_goes_alone():
-    # KIP-890: the leader holds the first batch while the coordinator adds the partition; batches sent
-    # behind it would be rejected as out of order, so they wait for its answer -- in every transaction
+def test_first_batches_of_a_transaction_travel_together_and_are_retried_in_order():
+    # KIP-890: the leader holds a transaction's first batch to a partition while the coordinator adds the
+    # partition; the batches behind it share that verification there and reach Raft in sequence order
+    # (cluster/sequencer.py), so they travel at once -- up to max_in_flight -- in every transaction.
     txn, acc = ready()
     txn.begin()
     for _ in range(4):
         put(acc, 0, b"x" * 600)  # one batch each (batch_size 1000)
-    [first] = send_all(acc)
-    assert acc.next_deadline(1.0) > 1.0, "a held partition must not wake the sender at once"
-    acc.handle_response(first, 0, -1, None, 1.0)
-    rest = send_all(acc, 1.0)
-    assert len(rest) == 3, "joined: up to max_in_flight"
-    for off, b in enumerate(rest, 1):
-        acc.handle_response(b, off, -1, None, 1.5)
+    first = send_all(acc)
+    assert [parse_batch(b.wire).base_sequence for b in first] == [0, 1, 2, 3]
+    # The previous transaction was still completing: every batch gets the shared, retriable answer.
+    for b in first:
+        assert acc.handle_response(b, -1, -1, error(ErrorCode.CONCURRENT_TRANSACTIONS), 1.0) is Outcome.RETRY
+    again = send_all(acc, 1.5)
+    assert [(b.base_sequence, b.producer_epoch) for b in again] == [(0, 0), (1, 0), (2, 0), (3, 0)], (
+        "resent in order, same identity and sequences"
+    )
+    for off, b in enumerate(again):
+        assert acc.handle_response(b, off, -1, None, 1.6) is Outcome.ACKED
     txn.begin_end(S.COMMITTING)
     txn.ended(7, 1, committed=True)
     txn.begin()
-    put(acc, 0, b"x" * 600, now=2.0)
-    put(acc, 0, b"x" * 600, now=2.0)
-    assert len(send_all(acc, 3.0)) == 1, "a new transaction joins the partition again"
+    for _ in range(5):
+        put(acc, 0, b"x" * 600, now=2.0)
+    nxt = send_all(acc, 3.0)
+    assert [(b.base_sequence, b.producer_epoch) for b in nxt] == [(i, 1) for i in range(5)], (
+        "the next transaction starts at sequence 0 under its new epoch, a full window at once"
+    )
 
 
 def test_request_size_counts_the_transactional_id():
