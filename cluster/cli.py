@@ -400,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
 # ``txbroker bench <scenario>``: the broker scenarios live in cluster/bench.py, the others in their own modules.
 EXTRA_BENCHES = {
     "clients": "cluster.bench_client_produce",  # Python producer vs JSON over raw HTTP vs the raw ceiling
+    "send-path": "cluster.bench_send_path",  # the producer's client CPU per record, no cluster
     "consume": "cluster.bench_consume",  # consume throughput and end-to-end latency
     "txn": "cluster.bench_txn",  # transactional overhead, read_committed cost, visibility latency, coordinator failover
     "copier": "cluster.bench_copier",  # consume-transform-produce throughput, rebalance time
