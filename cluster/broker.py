@@ -562,8 +562,13 @@ class Broker:
             if acks == 0:
                 rep.group.submit_threadsafe(command, lambda _r, _e: None)
                 return PartitionProduceResult(p.topic, p.partition)
-            result = await self._submit(rep, command, timeout)
+            try:
+                result = await self._submit(rep, command, timeout)
+            except BrokerError:
+                self.sequencer.forget(seq_key)  # outcome unknown: start again from the applied state
+                raise
             if isinstance(result, BrokerError):
+                self.sequencer.forget(seq_key)  # rejected: the log's next sequence is not past this batch
                 raise result
             if not isinstance(result, AppendResult):
                 raise BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"unexpected append result {result!r}")

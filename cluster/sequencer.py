@@ -104,6 +104,15 @@ class SubmitSequencer:
             if not fut.done() and not self.must_wait(key, e, seq):
                 fut.set_result(None)
 
+    def forget(self, key: _Key) -> None:
+        """A batch of this producer was rejected or its outcome is unknown: the next one re-reads the log.
+
+        Without this, a batch that went to Raft but failed there (out of order
+        after a timed-out wait, say) would leave the next sequence past the
+        log's, and the producer's resend of it would not be held in order.
+        """
+        self._next.pop(key, None)
+
     def _remember(self, key: _Key, epoch: int, next_sequence: int) -> None:
         self._next[key] = (epoch, next_sequence)
         self._next.move_to_end(key)

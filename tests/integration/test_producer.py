@@ -248,13 +248,13 @@ def test_async_send_to_an_unreachable_cluster_fails_after_max_block_ms():
 # ---- the leader's submit order ---------------------------------------------------------------------------
 
 
-def _reordered(url: str) -> float:
+def _reordered(url: str, outcome: str = "in_order") -> float:
     _, text = http("GET", url + "/metrics")
     return sum(
         s.value
         for fam in text_string_to_metric_families(text.decode() if isinstance(text, bytes) else str(text))
         for s in fam.samples
-        if s.name == "txbroker_reordered_batches_total" and s.labels.get("outcome") == "in_order"
+        if s.name == "txbroker_reordered_batches_total" and s.labels.get("outcome") == outcome
     )
 
 
@@ -300,15 +300,21 @@ def test_batches_that_overtake_their_predecessor_wait_for_it_on_the_leader(clust
     seq = 0
     while _reordered(url) == before:
         assert time.monotonic() < deadline, "the second batch never overtook the first in 60 s"
+        timed_out = _reordered(url, "timed_out")
         first = _start_post(url, request(seq), hold_last_byte=True)
         second = _start_post(url, request(seq + 10), hold_last_byte=False)
         time.sleep(0.03)  # pacing only: if the leader has not read `second` yet, this round proves nothing
         first.sendall(request(seq)[-1:])
         a, b = _answer(first), _answer(second)
-        assert a.get("error_code", "NONE") == "NONE" and b.get("error_code", "NONE") == "NONE", (a, b)
+        assert a.get("error_code", "NONE") == "NONE", a
+        offsets.append(a["base_offset"])
+        seq += 10
+        if b.get("error_code") == "OUT_OF_ORDER_SEQUENCE_NUMBER" and _reordered(url, "timed_out") > timed_out:
+            continue  # a loaded host read `first` only after the 200 ms wait: the log judged `second`; again
+        assert b.get("error_code", "NONE") == "NONE", (a, b)
         assert b["base_offset"] == a["base_offset"] + 10
-        offsets += [a["base_offset"], b["base_offset"]]
-        seq += 20
+        offsets.append(b["base_offset"])
+        seq += 10
     assert offsets == list(range(0, 10 * len(offsets), 10))
     stored = batches(cluster, topic, 0)
     assert [b["base_sequence"] for b in stored] == list(range(0, seq, 10))

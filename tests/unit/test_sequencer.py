@@ -133,3 +133,17 @@ async def test_a_producer_new_to_this_leader_starts_from_the_applied_state() -> 
     # When the applied state cannot tell (None), nothing waits.
     other = ("t", 0, 99)
     await asyncio.wait_for(seq.wait_turn(other, 0, 10, timeout=5.0, applied_next=lambda: None), 1.0)
+
+
+@in_loop
+async def test_after_a_rejected_batch_the_next_arrival_starts_from_the_log_again() -> None:
+    seq = SubmitSequencer(max_wait_s=5.0)
+    seq.submitted(KEY, 0, 0, 10)
+    seq.submitted(KEY, 0, 10, 10)  # went to Raft and was rejected there: the log still expects 10
+    seq.forget(KEY)
+    waiter = asyncio.create_task(seq.wait_turn(KEY, 0, 20, timeout=5.0, applied_next=lambda: 10))
+    await asyncio.sleep(0.01)
+    assert not waiter.done(), "the resend of 10 must go first"
+    await seq.wait_turn(KEY, 0, 10, timeout=5.0, applied_next=lambda: 10)
+    seq.submitted(KEY, 0, 10, 10)
+    await asyncio.wait_for(waiter, 1.0)
