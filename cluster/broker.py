@@ -548,7 +548,8 @@ class Broker:
                         transactional_id, header.producer_id, header.producer_epoch, p.topic, p.partition
                     )
             seq_key = (p.topic, p.partition, header.producer_id)
-            if header.is_idempotent and header.base_sequence >= 0:
+            sequenced = header.is_idempotent and header.base_sequence >= 0
+            if sequenced:
                 # Batches of one producer may arrive out of order on separate connections: submit in order.
                 await self.sequencer.wait_turn(
                     seq_key,
@@ -565,10 +566,12 @@ class Broker:
             try:
                 result = await self._submit(rep, command, timeout)
             except BrokerError:
-                self.sequencer.forget(seq_key)  # outcome unknown: start again from the applied state
+                if sequenced:
+                    self.sequencer.forget(seq_key)  # outcome unknown: start again from the applied state
                 raise
             if isinstance(result, BrokerError):
-                self.sequencer.forget(seq_key)  # rejected: the log's next sequence is not past this batch
+                if sequenced:
+                    self.sequencer.forget(seq_key)  # rejected: the log's next sequence is not past this batch
                 raise result
             if not isinstance(result, AppendResult):
                 raise BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"unexpected append result {result!r}")

@@ -46,7 +46,6 @@ from typing import BinaryIO
 from rocksdict import WriteBatch
 
 from clients.protocol import (
-    NO_SEQUENCE,
     BatchHeader,
     BrokerError,
     ControlType,
@@ -82,7 +81,6 @@ from storage.log_format import (
     offset_key_suffix,
 )
 from storage.producer_state import (
-    MAX_SEQUENCE,
     ProducerStateEntry,
     ProducerStateManager,
     decode_entry,
@@ -294,7 +292,7 @@ class PartitionLog:
             return None if self._meta.state_may_be_lost else 0
         if producer_epoch != entry.producer_epoch:
             return 0 if producer_epoch > entry.producer_epoch else None
-        return 0 if entry.last_seq in (NO_SEQUENCE, MAX_SEQUENCE) else entry.last_seq + 1
+        return entry.next_seq
 
     def producer_entries(self) -> list[ProducerStateEntry]:
         """Every producer entry by pid (DescribeProducers). Raft thread or a quiet log only."""

@@ -126,6 +126,11 @@ class ProducerStateEntry:
         """Last sequence of the newest retained batch, ``NO_SEQUENCE`` when none."""
         return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
 
+    @property
+    def next_seq(self) -> int:
+        """The base sequence an in-order batch of the current epoch must carry (wraps to 0 like Kafka's)."""
+        return 0 if self.last_seq == MAX_SEQUENCE else self.last_seq + 1
+
     def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
         """The retained batch with exactly this epoch and sequence range, if any (rule 1)."""
         if epoch != self.producer_epoch:
@@ -203,7 +208,7 @@ class ProducerAppendInfo:
             return BrokerError(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"producer {pid} epoch {epoch}: expected sequence "
-                f"{0 if cur.last_seq == MAX_SEQUENCE else cur.last_seq + 1}, got {first_seq}",
+                f"{cur.next_seq}, got {first_seq}",
             )
         return self._validate_txn_state(header, cur)
 

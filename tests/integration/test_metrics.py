@@ -7,24 +7,16 @@ import os
 import signal
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.config import free_ports, make_cluster_configs, write_configs
-from tests.support.cluster import REPO, LocalCluster, http, wait_for
+from tests.support.cluster import REPO, LocalCluster, http, samples, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def samples(url: str, name: str) -> list[tuple[dict[str, str], float]]:
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return [(s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples if s.name == name]
 
 
 def total(cluster: LocalCluster, name: str, **labels: str) -> float:
@@ -97,8 +89,9 @@ def test_open_transaction_shows_in_open_transactions_and_oldest_age(
     assert status == 200, res
     wait_for(lambda: total(cluster, "txbroker_transactions_open") == 1, 30, "one open transaction")
     wait_for(
-        lambda: max(v for u in cluster.urls for _, v in samples(u, "txbroker_transaction_oldest_open_age_seconds"))
-        >= 1.0,
+        lambda: (
+            max(v for u in cluster.urls for _, v in samples(u, "txbroker_transaction_oldest_open_age_seconds")) >= 1.0
+        ),
         30,
         "oldest open transaction at least 1 s old",
     )

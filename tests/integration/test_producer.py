@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from clients import DeliveryTimeoutError, Producer
 from clients.aio import AsyncProducer
@@ -31,7 +30,7 @@ from clients.protocol import (
     encode_produce_request,
 )
 from clients.records import RecordMetadata
-from tests.support.cluster import LocalCluster, http
+from tests.support.cluster import LocalCluster, http, samples
 from tests.support.exactly_once import assert_exactly_once_in_order, read_log
 
 pytestmark = pytest.mark.integration
@@ -249,13 +248,7 @@ def test_async_send_to_an_unreachable_cluster_fails_after_max_block_ms():
 
 
 def _reordered(url: str, outcome: str = "in_order") -> float:
-    _, text = http("GET", url + "/metrics")
-    return sum(
-        s.value
-        for fam in text_string_to_metric_families(text.decode() if isinstance(text, bytes) else str(text))
-        for s in fam.samples
-        if s.name == "txbroker_reordered_batches_total" and s.labels.get("outcome") == outcome
-    )
+    return sum(v for labels, v in samples(url, "txbroker_reordered_batches_total") if labels.get("outcome") == outcome)
 
 
 def _start_post(url: str, body: bytes, *, hold_last_byte: bool) -> socket.socket:

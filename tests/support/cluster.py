@@ -66,6 +66,15 @@ def http(
     return status, payload
 
 
+def samples(url: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """``(labels, value)`` of every sample called ``name`` in a node's ``/metrics``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return [(s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples if s.name == name]
+
+
 class LocalCluster:
     def __init__(self, directory: Path, n: int = 3, **config_overrides: Any) -> None:
         self.dir = directory
