@@ -16,15 +16,18 @@ state asks for:
   decision is durable; DESIGN.md "Transaction", Kafka's behaviour), unless the
   caller asks to wait for completion or the transaction was Prepared for an
   external coordinator, which relies on visibility when its call returns.
-* **the next transaction waits for the previous one's markers**: while an id
-  is in PrepareCommit/PrepareAbort, InitProducerId, AddPartitions/AddOffsets,
-  the implicit add of KIP-890 (``verify_here``), EndTxn and Prepare first wait
-  on the running marker driver (bounded by the request timeout) instead of
-  answering CONCURRENT_TRANSACTIONS at once; only a wait that runs out answers
-  it (retriable). A transaction can therefore never begin at a partition
-  before the previous one's marker is there: the partition admits its first
-  batch only after verification, and verification needs CompleteTxn, which is
-  written after every marker.
+* **the next transaction begins while the previous one's markers are written**
+  (pipelined adds): while an id is in PrepareCommit/PrepareAbort after an
+  EndTxn, AddPartitions/AddOffsets and the implicit add of KIP-890
+  (``verify_here``) record the client's next transaction's partitions at once
+  (``next_partitions``; CompleteTxn opens it) and answer once the previous
+  transaction's marker is written on each of those partitions it also
+  touched -- the Raft round of the add and the marker writes overlap. A
+  partition therefore admits a batch of the next transaction only after the
+  previous one's marker is in its log. InitProducerId, EndTxn and Prepare
+  still wait for the whole marker driver (bounded by the request timeout)
+  instead of answering CONCURRENT_TRANSACTIONS at once; only a wait that runs
+  out answers it (retriable).
 * **timeouts**: a periodic scan fences and aborts Ongoing transactions past
   their timeout and Prepared ones past ``transaction_max_prepared_ms``, and
   expires idle transactional ids.
@@ -82,7 +85,7 @@ from coordinator.results import (
 )
 from coordinator.scans import producer_id_needed
 from coordinator.state_machine import TransactionStateMachine
-from coordinator.states import OPEN_STATES, PREPARE_STATES, TransactionState
+from coordinator.states import OPEN_STATES, TransactionState
 from coordinator.transitions import Identity, classify
 from raft import NotLeaderError, QueueFullError, RaftCommandFailed, RaftTimeoutError
 
@@ -125,6 +128,10 @@ def metadata_json(m: TransactionMetadata) -> dict[str, Any]:
         "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(m.partitions, key=str)],
         "prepared_ms": m.prepared.prepared_ms if m.prepared is not None else None,
         "group_id": m.group_id,
+        # Pipelined adds: what the client's next transaction added while this one's markers are written.
+        "next_transaction_partitions": [
+            {"topic": tp.topic, "partition": tp.partition} for tp in sorted(m.next_partitions, key=str)
+        ],
     }
 
 
@@ -178,6 +185,8 @@ class TransactionService:
             on_leader_change=self._on_leader_change,
         )
         self._drivers: dict[tuple[str, int, int], asyncio.Task[None]] = {}
+        # Per running driver: one future per partition, done once that partition's marker is written.
+        self._written: dict[tuple[str, int, int], dict[TopicPartition, asyncio.Future[None]]] = {}
         self._group_drivers: dict[str, asyncio.Task[None]] = {}
         self._verified: OrderedDict[tuple[str, int, int, str, int], None] = OrderedDict()
         # Verifications under way: the batches a producer sends behind a transaction's first batch to a
@@ -339,11 +348,39 @@ class TransactionService:
     async def add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
     ) -> AddPartitionsResult:
-        """AddPartitionsToTxn / AddOffsetsToTxn; a completing previous transaction is awaited first."""
+        """AddPartitionsToTxn / AddOffsetsToTxn; answers once the previous transaction's markers on them are written."""
         tps = self._checked_partitions(partitions)
         part = self.leading(transactional_id)
-        await self._await_previous(part, transactional_id, (producer_id, producer_epoch))
-        return await self._add_partitions(part, transactional_id, producer_id, producer_epoch, tps)
+        return await self._add_ahead(part, transactional_id, producer_id, producer_epoch, tps)
+
+    async def _add_ahead(
+        self,
+        part: TxnPartition,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        tps: tuple[TopicPartition, ...],
+    ) -> AddPartitionsResult:
+        """Add ``tps``; meanwhile wait for the markers the previous transaction still owes on them.
+
+        In a prepare state the add is recorded for the next transaction
+        (``coordinator.transitions._add_next``); the two waits overlap, and the
+        answer comes when both are done, so no batch of the next transaction
+        can reach a partition ahead of the previous transaction's marker there.
+        """
+        meta = part.sm.get(transactional_id)
+        plan = meta.marker_plan() if meta is not None else None
+        owed = [tp for tp in tps if plan is not None and tp in plan.partitions]
+        if plan is None or not owed:
+            return await self._add_partitions(part, transactional_id, producer_id, producer_epoch, tps)
+        markers = asyncio.ensure_future(self._await_markers(part, plan, owed))
+        try:
+            result = await self._add_partitions(part, transactional_id, producer_id, producer_epoch, tps)
+        except BaseException:
+            markers.cancel()
+            raise
+        await markers
+        return result
 
     def _checked_partitions(self, partitions: Iterable[TopicPartition]) -> tuple[TopicPartition, ...]:
         tps = tuple(sorted(set(partitions), key=lambda tp: (tp.topic, tp.partition)))
@@ -357,15 +394,10 @@ class TransactionService:
                 raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic} has no partition {tp.partition}")
         return tps
 
-    async def _add_partitions(
-        self,
-        part: TxnPartition,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        tps: tuple[TopicPartition, ...],
-    ) -> AddPartitionsResult:
+    async def _add_partitions(self, part: TxnPartition, transactional_id: str, producer_id: int, producer_epoch: int,
+                              tps: tuple[TopicPartition, ...]) -> AddPartitionsResult:  # fmt: skip
         before = part.sm.get(transactional_id)
+        starts = before is None or (before.state not in OPEN_STATES and not before.next_partitions)
         result = await self._propose(
             part,
             AddPartitions,
@@ -375,7 +407,7 @@ class TransactionService:
             partitions=tps,
         )
         assert isinstance(result, AddPartitionsResult), result
-        if before is None or before.state not in OPEN_STATES:
+        if starts and result.added:
             self.broker.metrics.txn_started()
         return result
 
@@ -632,8 +664,56 @@ class TransactionService:
         if task is None or task.done():
             task = self.broker.loop.create_task(self._drive(part, plan))
             self._drivers[key] = task
-            task.add_done_callback(lambda t: self._drivers.pop(key, None) if self._drivers.get(key) is t else None)
+
+            def ended(t: asyncio.Task[None]) -> None:
+                if self._drivers.get(key) is t:
+                    del self._drivers[key]
+                    self._written.pop(key, None)
+
+            task.add_done_callback(ended)
         return task
+
+    def _marker_written(self, plan: MarkerPlan, tp: TopicPartition) -> asyncio.Future[None]:
+        """The future a running driver of ``plan`` completes once the marker on ``tp`` is written."""
+        futures = self._written.setdefault((plan.transactional_id, plan.producer_id, plan.producer_epoch), {})
+        fut = futures.get(tp)
+        if fut is None:
+            fut = futures[tp] = asyncio.get_running_loop().create_future()
+        return fut
+
+    async def _await_markers(self, part: TxnPartition, plan: MarkerPlan, tps: Iterable[TopicPartition]) -> None:
+        """Return once ``plan``'s markers on ``tps`` are written (or the plan completed), else raise.
+
+        Bounded by the request timeout; if the driver ends without writing
+        them (this node lost the leadership), or the wait runs out, the answer
+        is CONCURRENT_TRANSACTIONS (retriable: the client resends, and the
+        verification runs again wherever the coordinator is then).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.broker.config.request_timeout_ms / 1000
+        while True:
+            meta = part.sm.get(plan.transactional_id)
+            if meta is None or meta.marker_plan() != plan:
+                return  # CompleteTxn applied: every marker is written
+            if not part.group.is_leader() or self._closing:
+                break
+            task = self._ensure_driver(part, plan)
+            pending = {fut for fut in (self._marker_written(plan, tp) for tp in tps) if not fut.done()}
+            if not pending:
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            await asyncio.wait({*pending, task}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            if task.done() and any(not fut.done() for fut in pending):
+                meta = part.sm.get(plan.transactional_id)
+                if meta is None or meta.marker_plan() != plan:
+                    return
+                break  # the driver gave up (deposed, or fenced by a newer coordinator)
+        raise BrokerError(
+            ErrorCode.CONCURRENT_TRANSACTIONS,
+            f"the previous transaction of {plan.transactional_id!r} is still writing its markers",
+        )
 
     async def _bounded(self, task: asyncio.Task[None], timeout: float | None = None) -> bool:
         """Wait for a driver task for at most ``timeout`` (default: the request timeout); True if it ended.
@@ -698,6 +778,14 @@ class TransactionService:
             return part.group.is_leader() and part.group.term() == term and not self._closing
 
         async def one(tp: TopicPartition) -> bool:
+            written = await write(tp)
+            if written:
+                fut = self._marker_written(plan, tp)
+                if not fut.done():
+                    fut.set_result(None)
+            return written
+
+        async def write(tp: TopicPartition) -> bool:
             attempt = 0
             while still_leading():
                 try:
@@ -815,30 +903,25 @@ class TransactionService:
     ) -> None:
         """The coordinator's half of ``verify_partition`` (this node leads the id's partition).
 
-        The implicit add of the next transaction's first produce waits for the
-        previous transaction's markers (``_await_previous``); if they are still
-        owed when the wait ends, the answer is CONCURRENT_TRANSACTIONS (the
-        partition leader hands it to the producer, which retries).
+        The implicit add of the next transaction's first produce to a partition
+        is recorded at once, even while the previous transaction completes; the
+        answer waits for the previous transaction's marker on that partition
+        (``_add_ahead``). If it is still owed when the wait ends, the answer is
+        CONCURRENT_TRANSACTIONS (the partition leader hands it to the producer,
+        which retries).
         """
         part = self.leading(transactional_id)
-        await self._await_previous(part, transactional_id, (producer_id, producer_epoch))
-        meta = part.sm.get(transactional_id)
-        if (
-            meta is not None
-            and meta.state in PREPARE_STATES
-            and classify(meta, producer_id, producer_epoch) in _WAITING_IDENTITIES
-        ):
-            raise BrokerError(
-                ErrorCode.CONCURRENT_TRANSACTIONS,
-                f"the previous transaction of {transactional_id!r} is still completing ({meta.state})",
-            )
+        tp = TopicPartition(topic, partition)
         err = part.sm.partition_in_txn(transactional_id, producer_id, producer_epoch, topic, partition)
         if err is None:
+            meta = part.sm.get(transactional_id)
+            plan = meta.marker_plan() if meta is not None else None
+            if plan is not None and tp in plan.partitions:  # added ahead; the previous marker may be owed
+                await self._await_markers(part, plan, (tp,))
             return
         if err.error_code is not ErrorCode.INVALID_TXN_STATE:
             raise err
-        tps = self._checked_partitions([TopicPartition(topic, partition)])
-        await self._add_partitions(part, transactional_id, producer_id, producer_epoch, tps)
+        await self._add_ahead(part, transactional_id, producer_id, producer_epoch, self._checked_partitions([tp]))
 
     # ---- timeouts and expiry --------------------------------------------------------------------
 

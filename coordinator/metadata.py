@@ -17,6 +17,11 @@ Terms:
   current prepare state; markers carry the term of whichever leader sends them.
 * **prepared**: set in ``PREPARED``: when it was prepared and the commit group
   it is bound to, if any.
+* **next partitions / next start**: only in a prepare state: the partitions the
+  client's *next* transaction added while this one's markers were still being
+  written (pipelined adds, ``docs/pipelined-transactions.md``), and when the
+  first of them was added. CompleteTxn opens that transaction (Ongoing) with
+  them in the same apply.
 
 Values are immutable. Every change of ``state`` goes through
 ``transition_to``, which checks the transition table; there is no other way
@@ -100,6 +105,8 @@ class TransactionMetadata:
     txn_start_time_ms: int = -1
     prepared: PreparedInfo | None = None
     coordinator_epoch: int = -1
+    next_partitions: frozenset[TopicPartition] = field(default_factory=frozenset)
+    next_start_ms: int = -1
 
     @property
     def epoch_exhausted(self) -> bool:
@@ -127,6 +134,12 @@ class TransactionMetadata:
         """
         validate_transition(self.transactional_id, self.state, state)
         return replace(self, state=state, txn_last_update_ms=max(self.txn_last_update_ms, now_ms), **changes)
+
+    def amended(self, now_ms: int, **changes: Any) -> TransactionMetadata:
+        """The metadata with ``changes`` in the same state (no transition; ``state`` may not be changed)."""
+        if "state" in changes:
+            raise TypeError("amended() keeps the state; use transition_to()")
+        return replace(self, txn_last_update_ms=max(self.txn_last_update_ms, now_ms), **changes)
 
     def marker_plan(self) -> MarkerPlan | None:
         """The markers still owed for a prepare state; None in any other state."""
@@ -159,14 +172,27 @@ class TransactionMetadata:
             "prepared_time_ms": self.prepared.prepared_ms if self.prepared is not None else None,
             "commit_group": self.group_id,
             "coordinator_epoch": self.coordinator_epoch,
+            "next_transaction_partitions": [
+                {"topic": tp.topic, "partition": tp.partition} for tp in sorted(self.next_partitions)
+            ],
         }
 
 
-def encode_metadata(meta: TransactionMetadata) -> bytes:
+def _topics_json(partitions: frozenset[TopicPartition]) -> dict[str, list[int]]:
     topics: dict[str, list[int]] = {}
-    for tp in sorted(meta.partitions):
+    for tp in sorted(partitions):
         topics.setdefault(tp.topic, []).append(tp.partition)
-    body = {
+    return topics
+
+
+def _topics_from_json(tps: Any) -> frozenset[TopicPartition]:
+    if not isinstance(tps, dict):
+        raise CommandDecodeError("partitions must be an object")
+    return frozenset(TopicPartition(str(topic), get_int({"p": p}, "p")) for topic, ps in tps.items() for p in ps)
+
+
+def encode_metadata(meta: TransactionMetadata) -> bytes:
+    body: dict[str, Any] = {
         "tid": meta.transactional_id,
         "pid": meta.producer_id,
         "epoch": meta.producer_epoch,
@@ -175,25 +201,24 @@ def encode_metadata(meta: TransactionMetadata) -> bytes:
         "npid": meta.next_producer_id,
         "timeout": meta.timeout_ms,
         "state": meta.state.id,
-        "tps": topics,
+        "tps": _topics_json(meta.partitions),
         "start": meta.txn_start_time_ms,
         "update": meta.txn_last_update_ms,
         "prepared_ms": meta.prepared.prepared_ms if meta.prepared is not None else None,
         "group": meta.group_id,
         "cepoch": meta.coordinator_epoch,
     }
+    if meta.next_partitions:  # absent in records written before pipelined adds; absent means none
+        body["ntps"] = _topics_json(meta.next_partitions)
+        body["nstart"] = meta.next_start_ms
     return encode_record(body, _FORMAT_VERSION)
 
 
 def decode_metadata(raw: bytes, *, where: str) -> TransactionMetadata:
     d = decode_record(raw, version=_FORMAT_VERSION, where=where)
     try:
-        tps = d["tps"]
-        if not isinstance(tps, dict):
-            raise CommandDecodeError("tps must be an object")
-        partitions = frozenset(
-            TopicPartition(str(topic), get_int({"p": p}, "p")) for topic, ps in tps.items() for p in ps
-        )
+        partitions = _topics_from_json(d.get("tps"))
+        next_partitions = _topics_from_json(d.get("ntps", {}))
         prepared_ms = get_opt_int(d, "prepared_ms")
         return TransactionMetadata(
             transactional_id=get_str(d, "tid"),
@@ -209,6 +234,8 @@ def decode_metadata(raw: bytes, *, where: str) -> TransactionMetadata:
             txn_last_update_ms=get_int(d, "update"),
             prepared=None if prepared_ms is None else PreparedInfo(prepared_ms, get_opt_str(d, "group")),
             coordinator_epoch=get_int(d, "cepoch"),
+            next_partitions=next_partitions,
+            next_start_ms=get_int(d, "nstart") if next_partitions else -1,
         )
     except (CommandDecodeError, ValueError, TypeError) as exc:
         raise CoordinatorCorruptionError(f"{where}: malformed transaction metadata: {exc}") from exc

@@ -12,7 +12,7 @@ from collections.abc import Collection, Iterable
 from clients.protocol import BrokerError, ErrorCode
 from coordinator.metadata import MarkerPlan, TopicPartition, TransactionMetadata
 from coordinator.states import OPEN_STATES, TransactionState
-from coordinator.transitions import is_expired_id
+from coordinator.transitions import classify, is_expired_id, pipelined_add_allowed
 
 __all__ = [
     "DEFAULT_MAX_PREPARED_MS",
@@ -35,8 +35,15 @@ def partition_in_txn(
 
     The answers are produce-path errors: an older epoch is INVALID_PRODUCER_EPOCH
     (abortable, §3.1 rule 2), a partition not in an ongoing transaction is
-    INVALID_TXN_STATE ("not part of an ongoing transaction").
+    INVALID_TXN_STATE ("not part of an ongoing transaction"). While the previous
+    transaction completes, the client's next identity is checked against the
+    partitions its next transaction added ahead (pipelined adds); the caller
+    still waits for the previous marker on ``tp`` before writing.
     """
+    if meta is not None and pipelined_add_allowed(meta, classify(meta, producer_id, producer_epoch)):
+        if tp in meta.next_partitions:
+            return None
+        return BrokerError(ErrorCode.INVALID_TXN_STATE, f"{tp} is not part of the next transaction yet")
     if meta is None or producer_id != meta.producer_id:
         return BrokerError(ErrorCode.INVALID_PRODUCER_ID_MAPPING, f"producer {producer_id} has no transaction here")
     if producer_epoch != meta.producer_epoch:

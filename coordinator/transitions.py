@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, replace
+from typing import Any
 
 from clients.protocol import BrokerError, ErrorCode
 from coordinator.commands import (
@@ -77,6 +78,7 @@ __all__ = [
     "expire_transactional_id",
     "fence_and_abort",
     "init_producer_id",
+    "pipelined_add_allowed",
     "prepare",
     "resolve_prepared",
 ]
@@ -191,18 +193,21 @@ def _bumped(meta: TransactionMetadata) -> int:
 
 
 def _complete(meta: TransactionMetadata, now_ms: int) -> TransactionMetadata:
-    """Prepare state -> complete state; a pending rotation takes effect (next id, epoch 0)."""
+    """Prepare state -> complete state; a pending rotation takes effect (next id, epoch 0).
+
+    When the client's next transaction already added partitions (pipelined
+    adds), it opens in the same apply: Complete* -> Ongoing with them.
+    """
     target = S.COMPLETE_COMMIT if meta.state is S.PREPARE_COMMIT else S.COMPLETE_ABORT
+    cleared: dict[str, Any] = {"partitions": frozenset(), "next_partitions": frozenset(), "next_start_ms": -1}
     if meta.next_producer_id != NO_PRODUCER_ID:
-        return meta.transition_to(
-            target,
-            now_ms,
-            producer_id=meta.next_producer_id,
-            producer_epoch=0,
-            next_producer_id=NO_PRODUCER_ID,
-            partitions=frozenset(),
+        cleared.update(producer_id=meta.next_producer_id, producer_epoch=0, next_producer_id=NO_PRODUCER_ID)
+    done = meta.transition_to(target, now_ms, **cleared)
+    if meta.next_partitions:
+        done = done.transition_to(
+            S.ONGOING, now_ms, partitions=meta.next_partitions, txn_start_time_ms=meta.next_start_ms
         )
-    return meta.transition_to(target, now_ms, partitions=frozenset())
+    return done
 
 
 def _end(
@@ -387,7 +392,8 @@ def add_partitions(meta: TransactionMetadata | None, cmd: AddPartitions) -> Outc
     """AddPartitionsToTxn / the implicit add of KIP-890 part 2 (§4.3 table).
 
     Adding to a Prepared transaction is INVALID_TXN_STATE: once prepared, its
-    content is what the external coordinator decides on.
+    content is what the external coordinator decides on. In PrepareCommit/
+    PrepareAbort the client's next transaction adds ahead (``_add_next``).
     """
     tid = cmd.transactional_id
     if (err := check_id(tid)) is not None:
@@ -400,6 +406,8 @@ def add_partitions(meta: TransactionMetadata | None, cmd: AddPartitions) -> Outc
     if meta is None:
         return _fail(ErrorCode.INVALID_PRODUCER_ID_MAPPING, f"unknown transactional id {tid!r}")
     ident = classify(meta, cmd.producer_id, cmd.producer_epoch)
+    if pipelined_add_allowed(meta, ident):
+        return _add_next(meta, cmd)
     if (bad := _identity_error(meta, ident, cmd.producer_id, cmd.producer_epoch)) is not None:
         return bad
     if meta.state is S.PREPARED:
@@ -417,6 +425,42 @@ def add_partitions(meta: TransactionMetadata | None, cmd: AddPartitions) -> Outc
         txn_start_time_ms=start,
     )
     return Outcome(AddPartitionsResult(tid, meta.producer_id, meta.producer_epoch, tuple(sorted(new_tps))), new)
+
+
+def pipelined_add_allowed(meta: TransactionMetadata, ident: Identity) -> bool:
+    """Whether ``ident`` may add partitions for its next transaction while ``meta`` completes.
+
+    Only after an EndTxn (the client was handed the next identity, recorded as
+    a retry identity): a fence's PrepareAbort bumped past every client.
+    """
+    return (
+        meta.state in PREPARE_STATES
+        and meta.last_producer_epoch != NO_PRODUCER_EPOCH
+        and ident in (Identity.CURRENT, Identity.NEXT)
+    )
+
+
+def _add_next(meta: TransactionMetadata, cmd: AddPartitions) -> Outcome:
+    """A pipelined add: the client's next transaction adds partitions while this one completes.
+
+    Kafka answers CONCURRENT_TRANSACTIONS here and the client retries after a
+    backoff. txbroker records them instead (``next_partitions``); the state
+    stays PrepareCommit/PrepareAbort, and CompleteTxn opens the next
+    transaction with them. The coordinator service answers the caller only
+    once the previous transaction's marker is written on each added partition
+    that it also touched, so on every partition the markers of one transaction
+    precede the data of the next.
+    """
+    pid, epoch = meta.next_identity()
+    new_tps = frozenset(cmd.partitions) - meta.next_partitions
+    if not new_tps:
+        return Outcome(AddPartitionsResult(meta.transactional_id, pid, epoch, ()))
+    new = meta.amended(
+        cmd.now_ms,
+        next_partitions=meta.next_partitions | new_tps,
+        next_start_ms=meta.next_start_ms if meta.next_partitions else cmd.now_ms,
+    )
+    return Outcome(AddPartitionsResult(meta.transactional_id, pid, epoch, tuple(sorted(new_tps))), new)
 
 
 # -- EndTxn / CompleteTxn ---------------------------------------------------------

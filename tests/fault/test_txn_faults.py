@@ -204,15 +204,17 @@ def test_coordinator_sigkill_right_after_end_txn_answered_completes_on_the_new_l
         p.close(5)
 
 
-# ---- the next transaction waits for the previous one's markers, bounded by the request timeout --------------------
+# ---- pipelined adds: the next transaction begins while the previous one's markers are written ------------------
 
 
-def test_next_transaction_waits_for_the_markers_and_gets_concurrent_transactions_when_they_take_too_long(
+def test_next_transaction_writes_where_the_previous_markers_are_written_and_waits_where_they_are_not(
     make_cluster,
 ):
-    # The coordinator holds the calls that begin the next transaction while the previous one's markers are
-    # owed; when they cannot be written within the request timeout (their only replica is SIGSTOPped) the
-    # answer is CONCURRENT_TRANSACTIONS (retriable), and the same call succeeds once the markers are written
+    # While a commit's markers are still owed, the next transaction's add of a partition is recorded at once
+    # and answered as soon as that partition has the previous marker (pipelined adds); where the marker
+    # cannot be written within the request timeout (its only replica is SIGSTOPped), the answer is
+    # CONCURRENT_TRANSACTIONS (retriable). InitProducerId still waits for the whole commit. Once the markers
+    # are written, CompleteCommit opens the next transaction with what it added.
     bound = 3.0
     c = make_cluster(request_timeout_ms=int(bound * 1000))
     c.create_topic("cw", partitions=3, rf=3)
@@ -235,6 +237,10 @@ def test_next_transaction_waits_for_the_markers_and_gets_concurrent_transactions
 
         return wait_for(attempt, 60, f"a produce to cw-{q} reaching its leader")
 
+    def batches(topic: str, partition: int, via: int | None = None) -> list[str]:
+        got = fetch(c, topic, partition, "read_uncommitted", fmt="batches", via=via)["batches"]
+        return [("COMMIT" if b["is_control"] else base64.b64decode(b["records"][0]["value"]).decode()) for b in got]
+
     assert produce(b"first")[0] == 200
     # X may answer NOT_LEADER_OR_FOLLOWER until its single-replica partition's leadership is ready (nothing is
     # written then, and the writer keeps the sequence)
@@ -247,10 +253,24 @@ def test_next_transaction_waits_for_the_markers_and_gets_concurrent_transactions
         res = w.end(commit=True, wait_for_completion=True, via=coord)
         assert res["state"] == "PrepareCommit" and time.monotonic() - started >= 0.9 * bound, res
         ident = {"producer_id": w.pid, "producer_epoch": w.epoch}
+
+        def add(topic: str, partition: int) -> tuple[int, Any]:
+            body = {**ident, "partitions": [{"topic": topic, "partition": partition}]}
+            return http("POST", c.url(coord) + f"/v1/transactions/{tid}/partitions", body)
+
+        # cw-q has its COMMIT marker: the next transaction adds it and writes there while the commit is pending
+        started = time.monotonic()
+        status, body = add("cw", q)
+        assert status == 200, body
+        status, body, _ = produce(b"second")
+        assert status == 200 and body["partitions"][0]["error_code"] == "NONE", body
+        assert time.monotonic() - started < 0.9 * bound, "the pipelined add waited for the unreachable marker"
+        # C's replica may trail the leader by a moment
+        wait_for(lambda: batches("cw", q, via=coord) == ["first", "COMMIT", "second"], 10, "cw's log")
+        assert txn_state(c, tid, via=coord) == "PrepareCommit"
+        # cw1-xp still owes its marker (X is stopped): the add there, and InitProducerId, wait and give up
         calls = {
-            "AddPartitionsToTxn": lambda: http("POST", c.url(coord) + f"/v1/transactions/{tid}/partitions",
-                                               {**ident, "partitions": [{"topic": "cw", "partition": q}]}),
-            "implicit add (produce)": lambda: produce(b"second")[:2],
+            "AddPartitionsToTxn of a partition owing a marker": lambda: add("cw1", xp),
             "InitProducerId": lambda: http("POST", c.url(coord) + "/v1/producers/init",
                                            {"transactional_id": tid, "transaction_timeout_ms": 60_000}),
         }  # fmt: skip
@@ -258,21 +278,26 @@ def test_next_transaction_waits_for_the_markers_and_gets_concurrent_transactions
             started = time.monotonic()
             status, body = request()
             waited = time.monotonic() - started
-            err = body["partitions"][0] if what.startswith("implicit") else body
-            assert status == 409 and err["error_code"] == "CONCURRENT_TRANSACTIONS", (what, status, body)
+            assert status == 409 and body["error_code"] == "CONCURRENT_TRANSACTIONS", (what, status, body)
             assert waited >= 0.9 * bound, f"{what} answered after {waited:.2f}s without waiting for the markers"
         assert txn_state(c, tid, via=coord) == "PrepareCommit"
+        status, body = http("GET", f"{c.url(coord)}/v1/transactions/{tid}", timeout=5)
+        assert {(t["topic"], t["partition"]) for t in body["next_transaction_partitions"]} == {("cw", q), ("cw1", xp)}
     finally:
         c.signal(x, signal.SIGCONT)
-    # Then, with X back, the markers are written and the next transaction's first produce is admitted
-    wait_for(lambda: produce(b"second")[0] == 200, 60, "the next transaction's produce")
-    assert txn_state(c, tid, via=coord) == "Ongoing"
-    kinds = [("COMMIT" if b["is_control"] else b["records"][0]["value"]) for b in
-             fetch(c, "cw", q, "read_uncommitted", fmt="batches")["batches"]]  # fmt: skip
-    assert kinds == [base64.b64encode(b"first").decode(), "COMMIT", base64.b64encode(b"second").decode()], kinds
+    # With X back, the markers are written and CompleteCommit opens the next transaction with both partitions
+    wait_for(lambda: txn_state(c, tid, via=coord) == "Ongoing", 60, "the next transaction to open")
+    status, body = http("GET", f"{c.url(coord)}/v1/transactions/{tid}", timeout=5)
+    assert {(t["topic"], t["partition"]) for t in body["partitions"]} == {("cw", q), ("cw1", xp)}, body
+    assert body["next_transaction_partitions"] == [], body
     assert [v for _, v in http_read(c.url(x), "cw1", xp)] == [b"first-x"]
+    # read_committed stops before "second" (its transaction is open), then shows it once it commits
+    wait_for(lambda: [v for _, v in http_read(c.url(coord), "cw", q)] == [b"first"], 10, "cw read_committed")
     w.end(commit=True)
     wait_for(lambda: [v for _, v in http_read(c.url(coord), "cw", q)] == [b"first", b"second"], 30, "second")
+    wait_for(lambda: txn_state(c, tid, via=coord) == "CompleteCommit", 30, "the next transaction's commit")
+    # cw1-xp was in the next transaction without data: its marker there closes nothing and takes no offset
+    wait_for(lambda: batches("cw1", xp, via=x) == ["first-x", "COMMIT"], 30, "cw1's log")
 
 
 # ---- a partition leader dies while the markers are in flight ----------------------------------------------------

@@ -43,7 +43,7 @@ from storage.store import NodeStore
 
 S = TransactionState
 TID = "tx-1"
-TP0, TP1 = TopicPartition("orders", 0), TopicPartition("payments", 1)
+TP0, TP1, TP2 = TopicPartition("orders", 0), TopicPartition("payments", 1), TopicPartition("refunds", 0)
 
 
 class Coordinator:
@@ -315,8 +315,8 @@ def test_epoch_exhaustion_rotates_the_pid_at_end_txn(coord: Coordinator) -> None
     r = coord.end(pid, epoch, True, producer_id_candidate=7000)
     assert (r.producer_id, r.producer_epoch) == (7000, 0)
     assert r.markers == MarkerPlan(TID, pid, EPOCH_EXHAUSTED + 1, True, (TP0,), coord.ce)
-    # The client is ahead of the markers: its next transaction waits.
-    assert err(coord.add(7000, 0)) is ErrorCode.CONCURRENT_TRANSACTIONS
+    # The client is ahead of the markers: its next transaction's add waits in next_partitions.
+    assert err(coord.end(7000, 0, True)) is ErrorCode.CONCURRENT_TRANSACTIONS
     coord.complete(r.markers)
     m = coord.meta()
     assert (m.state, m.producer_id, m.producer_epoch) == (S.COMPLETE_COMMIT, 7000, 0)
@@ -365,7 +365,95 @@ def test_add_partitions_error_table(coord: Coordinator) -> None:
     m = coord.meta()
     assert (m.partitions, m.txn_start_time_ms, m.txn_last_update_ms) == (frozenset({TP0, TP1}), 100, 300)
     coord.end(pid, 0, True)
-    assert err(coord.add(pid, 1)) is ErrorCode.CONCURRENT_TRANSACTIONS  # PrepareCommit: the client waits
+    # PrepareCommit: Kafka answers CONCURRENT_TRANSACTIONS; txbroker records the next transaction's add.
+    assert coord.add(pid, 1).added == (TP0,)
+    assert coord.meta().state is S.PREPARE_COMMIT
+
+
+# -- pipelined adds: the next transaction adds partitions while the previous one completes ----------
+
+
+def test_add_while_completing_is_recorded_for_the_next_transaction(coord: Coordinator) -> None:
+    pid, epoch = coord.open_txn(TID, TP0, TP1)
+    r = coord.end(pid, epoch, True)
+    assert r.markers is not None and r.markers.partitions == (TP0, TP1)
+    a = coord.add(pid, epoch + 1, TP1, now=500)
+    assert (a.producer_id, a.producer_epoch, a.added) == (pid, epoch + 1, (TP1,))
+    assert coord.add(pid, epoch + 1, TP1, now=600).added == ()  # already recorded: nothing written
+    coord.add(pid, epoch + 1, TP2, TP1, now=700)
+    m = coord.meta()
+    # The previous transaction is untouched: same state, same marker plan.
+    assert (m.state, m.partitions, m.marker_plan()) == (S.PREPARE_COMMIT, frozenset({TP0, TP1}), r.markers)
+    assert (m.next_partitions, m.next_start_ms) == (frozenset({TP1, TP2}), 500)
+    assert m.describe()["next_transaction_partitions"] == [
+        {"topic": TP1.topic, "partition": TP1.partition},
+        {"topic": TP2.topic, "partition": TP2.partition},
+    ]
+    verify = coord.sm.partition_in_txn
+    assert verify(TID, pid, epoch + 1, TP1.topic, TP1.partition) is None
+    assert verify(TID, pid, epoch + 1, TP0.topic, TP0.partition).error_code is ErrorCode.INVALID_TXN_STATE
+    assert verify(TID, pid, epoch, TP1.topic, TP1.partition).error_code is ErrorCode.INVALID_PRODUCER_EPOCH
+    # EndTxn of the next transaction still waits for the previous one's markers.
+    assert err(coord.end(pid, epoch + 1, True)) is ErrorCode.CONCURRENT_TRANSACTIONS
+    # CompleteTxn opens the next transaction with what it added, in the same apply.
+    done = coord.complete(r.markers, now=800)
+    assert done.state is S.ONGOING and not done.already_complete
+    m = coord.meta()
+    assert (m.state, m.producer_id, m.producer_epoch) == (S.ONGOING, pid, epoch + 1)
+    assert (m.partitions, m.txn_start_time_ms, m.next_partitions, m.next_start_ms) == (
+        frozenset({TP1, TP2}),
+        500,
+        frozenset(),
+        -1,
+    )
+    end = coord.end(pid, epoch + 1, False)
+    assert end.markers.partitions == (TP1, TP2)
+
+
+def test_add_while_completing_checks_the_identity(coord: Coordinator) -> None:
+    pid, epoch = coord.open_txn()
+    r = coord.end(pid, epoch, False)
+    before = coord.meta()
+    assert err(coord.add(pid, epoch)) is ErrorCode.PRODUCER_FENCED  # the ended transaction's epoch (RETRY)
+    assert err(coord.add(pid, epoch + 2)) is ErrorCode.PRODUCER_FENCED
+    assert err(coord.add(pid + 1, epoch + 1)) is ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    assert coord.meta() == before
+    coord.complete(r.markers)
+    assert coord.meta().state is S.COMPLETE_ABORT  # nothing was added: no transaction opens
+
+
+def test_add_while_a_fence_aborts_is_fenced(coord: Coordinator) -> None:
+    # A fence (timeout, InitProducerId) bumps past the client: its next identity does not exist.
+    pid, epoch = coord.open_txn()
+    coord.fence(pid, epoch)
+    before = coord.meta()
+    assert err(coord.add(pid, epoch)) is ErrorCode.PRODUCER_FENCED
+    # The fence's own epoch was never handed to a client: Kafka's answer, nothing recorded.
+    assert err(coord.add(pid, epoch + 1)) is ErrorCode.CONCURRENT_TRANSACTIONS
+    assert coord.meta() == before and not before.next_partitions
+
+
+def test_add_while_completing_a_rotation_uses_the_new_producer_id(coord: Coordinator) -> None:
+    pid, epoch = _at_epoch(coord, EPOCH_EXHAUSTED)
+    coord.add(pid, epoch)
+    r = coord.end(pid, epoch, True, producer_id_candidate=7000)
+    assert err(coord.add(pid, epoch + 1)) is ErrorCode.PRODUCER_FENCED  # the marker epoch is never the client's
+    a = coord.add(7000, 0, TP1, now=900)
+    assert (a.producer_id, a.producer_epoch, a.added) == (7000, 0, (TP1,))
+    assert coord.sm.partition_in_txn(TID, 7000, 0, TP1.topic, TP1.partition) is None
+    coord.complete(r.markers)
+    m = coord.meta()
+    assert (m.state, m.producer_id, m.producer_epoch, m.partitions) == (S.ONGOING, 7000, 0, frozenset({TP1}))
+
+
+def test_next_partitions_survive_a_restart(coord: Coordinator) -> None:
+    pid, epoch = coord.open_txn()
+    coord.end(pid, epoch, True)
+    coord.add(pid, epoch + 1, TP1, now=42)
+    before = coord.meta()
+    coord.reopen()
+    assert coord.meta() == before
+    assert (before.next_partitions, before.next_start_ms) == (frozenset({TP1}), 42)
 
 
 def test_partition_verification_accepts_only_partitions_of_the_open_txn(coord: Coordinator) -> None:

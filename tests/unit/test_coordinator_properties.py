@@ -9,7 +9,8 @@ among current / last / next / stale / unknown. After every step:
 * every answer (error name, or the identity handed to the client) equals the model's;
 * the persisted metadata equals the model's (so an illegal request never mutated state);
 * every observed state change is a path of the transition table (§4.1) whose
-  inner hops are the transient states one apply goes through;
+  inner hops are the transient states one apply goes through (CompleteTxn that
+  opens a pipelined next transaction goes Prepare* -> Complete* -> Ongoing);
 * ``pending_completions`` and ``expired_transactions`` equal the model's view.
 
 The model restates the rules of kafka_txn.md §4.3 (TV2 column) and of
@@ -55,7 +56,9 @@ TIDS = ("a", "b")
 TPS = (TopicPartition("x", 0), TopicPartition("x", 1), TopicPartition("y", 0))
 PREP = {S.PREPARE_COMMIT, S.PREPARE_ABORT}
 DONE = {S.COMPLETE_COMMIT, S.COMPLETE_ABORT}
-TRANSIENT = {S.PREPARE_EPOCH_FENCE, S.PREPARE_COMMIT, S.PREPARE_ABORT}
+# States one apply may pass through: the fence, EndTxn with no partitions, and CompleteTxn that opens the
+# next transaction (pipelined adds).
+TRANSIENT = {S.PREPARE_EPOCH_FENCE, S.PREPARE_COMMIT, S.PREPARE_ABORT, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}
 
 
 @dataclass
@@ -70,6 +73,8 @@ class Txn:
     start: int = -1
     prepared_at: int | None = None
     group: str | None = None
+    next_parts: frozenset[TopicPartition] = frozenset()  # pipelined adds of the next transaction
+    next_start: int = -1
 
     def ident(self, pid: int, epoch: int) -> str:
         nxt = (self.next_pid, 0) if self.next_pid is not None else (self.pid, self.epoch)
@@ -107,6 +112,9 @@ def _complete(m: Txn) -> Txn:
     m.parts = frozenset()
     if m.next_pid is not None:
         m.pid, m.epoch, m.next_pid = m.next_pid, 0, None
+    if m.next_parts:  # the next transaction added ahead: it opens now
+        m.state, m.parts, m.start = S.ONGOING, m.next_parts, m.next_start
+    m.next_parts, m.next_start = frozenset(), -1
     return m
 
 
@@ -167,7 +175,14 @@ def model_init(m: Txn | None, timeout: int, expected: tuple[int, int] | None, ca
 def model_add(m: Txn | None, pid: int, epoch: int, parts: frozenset[TopicPartition], now: int) -> Expect:
     if m is None:
         return E.INVALID_PRODUCER_ID_MAPPING, None, None
-    if (code := _identity_error(m, m.ident(pid, epoch))) is not None:
+    who = m.ident(pid, epoch)
+    if m.state in PREP and who in ("current", "next") and m.last is not None and m.last[1] != -1:
+        # Pipelined add (txbroker): recorded for the next transaction, the state stays.
+        if parts <= m.next_parts:
+            return None, None, None
+        start = m.next_start if m.next_parts else now
+        return None, None, dataclasses.replace(m, next_parts=m.next_parts | parts, next_start=start)
+    if (code := _identity_error(m, who)) is not None:
         return code, None, None
     if m.state is S.PREPARED:
         return E.INVALID_TXN_STATE, None, None
@@ -406,6 +421,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 m.parts,
             )
             assert (meta.last_producer_id, meta.last_producer_epoch) == last
+            assert (meta.next_partitions, meta.next_start_ms) == (m.next_parts, m.next_start)
+            if meta.state is S.ONGOING:
+                assert meta.txn_start_time_ms == m.start
             assert meta.next_producer_id == (m.next_pid if m.next_pid is not None else -1)
             assert meta.group_id == m.group and (meta.prepared is not None) == (meta.state is S.PREPARED)
             assert meta.state not in (S.PREPARE_EPOCH_FENCE, S.DEAD) and 0 <= meta.producer_epoch <= 32767
