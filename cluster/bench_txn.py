@@ -18,9 +18,16 @@
   transaction's commit, so the floor is the interval; target p99 <= interval + 50 ms.
 * **commit cycle**: where one commit's time goes at full speed -- ``flush()``
   (the buffer drains; the broker is busy), EndTxn, and the next transaction's
-  first acknowledgement (which waits for the previous markers,
-  CompleteCommit and its own AddPartitions); the last two are time in which
-  the nodes have little to replicate (``docs/pipelined-transactions.md``).
+  first acknowledgement (its verification and add at the coordinator, which
+  also waits for the previous marker on that partition, then its own batch);
+  the last two are time in which the nodes have little to replicate
+  (``docs/pipelined-transactions.md``).
+* **commit chain**: at light load (one small record per partition per
+  transaction), the serial time a commit puts between two transactions:
+  EndTxn, plus what the next transaction's first records wait beyond an
+  idempotent producer's round trip (verification and the add at the
+  coordinator). It bounds the overhead at short commit intervals
+  (``docs/pipelined-transactions.md``).
 * **coordinator failover**: a commit is decided (PrepareCommit durable) but
   cannot complete because the node holding a replication-factor-1 partition
   of the transaction is SIGSTOPped; then the coordinator node is SIGKILLed
@@ -29,7 +36,7 @@
   PrepareCommit is durable, normally before the kill; the report says so.)
 
 ``python -m cluster.bench_txn [--rounds N] [--duration S] [--only ...]`` runs all
-five; ``run_txn_bench(opts)`` returns the same report for ``txbroker bench``.
+six; ``run_txn_bench(opts)`` returns the same report for ``txbroker bench``.
 """
 
 from __future__ import annotations
@@ -301,6 +308,52 @@ async def visible_latency(urls: list[str], opts: argparse.Namespace) -> dict[str
     }  # fmt: skip
 
 
+async def commit_chain(urls: list[str], opts: argparse.Namespace) -> dict[str, Any]:
+    """The serial time between two transactions at light load, against an idempotent producer's round trip.
+
+    Each cycle sends one 100-byte record to each partition and waits for the
+    acknowledgements. The transactional producer then commits. ``next_first_acks``
+    is the transactional cycle's wait (from ``begin_transaction()``): the KIP-890
+    verification and the add at the coordinator come before the batches'
+    own Raft rounds. ``idempotent_acks`` is the same send without a
+    transaction, and ``end_txn`` is ``commit_transaction()`` (EndTxn, no flush
+    to speak of). The difference of the first two plus EndTxn is the serial
+    time a commit puts between two transactions.
+    """
+    topic = "bench-chain"
+    tps = list(range(opts.partitions))
+    steps: dict[str, list[float]] = {"idempotent_acks": [], "next_first_acks": [], "end_txn": []}
+
+    async def one_each(p: AsyncProducer) -> float:
+        began = time.monotonic()
+        await asyncio.gather(*[await p.send(topic, b"x" * 100, partition=q) for q in tps])
+        return (time.monotonic() - began) * 1000
+
+    async with AsyncProducer(urls, linger_ms=0) as p:
+        await p.partitions_for(topic)
+        for i in range(opts.chain_cycles + 10):
+            took = await one_each(p)
+            if i >= 10:
+                steps["idempotent_acks"].append(took)
+    async with AsyncProducer(urls, transactional_id="bench-txn-chain", linger_ms=0) as p:
+        await p.partitions_for(topic)
+        await p.init_transactions()
+        for i in range(opts.chain_cycles + 10):
+            p.begin_transaction()
+            took = await one_each(p)
+            started = time.monotonic()
+            await p.commit_transaction()
+            if i >= 10:  # the first transactions warm the coordinator and the connections
+                steps["next_first_acks"].append(took)
+                steps["end_txn"].append((time.monotonic() - started) * 1000)
+    out: dict[str, Any] = {"cycles": opts.chain_cycles, "partitions": opts.partitions}
+    for name, values in steps.items():
+        out[name] = {"p50_ms": _pct(values, 0.5), "p90_ms": _pct(values, 0.9)}
+    p50 = {name: statistics.median(values) for name, values in steps.items()}
+    out["serial_ms_per_commit_p50"] = round(p50["next_first_acks"] - p50["idempotent_acks"] + p50["end_txn"], 1)
+    return out
+
+
 # ---- commit cycle: where a transactional commit's time goes ----------------------------------------------------
 
 
@@ -310,9 +363,9 @@ async def commit_cycle(urls: list[str], opts: argparse.Namespace) -> dict[str, A
     ``flush`` drains the buffer (the broker is busy); ``end_txn`` is
     ``commit_transaction()`` after that flush (EndTxn answered at PrepareCommit);
     ``next_first_ack`` is from ``begin_transaction()`` to the acknowledgement of
-    the next transaction's first record (it waits on the coordinator for the
-    previous markers, CompleteCommit and its own AddPartitions). The last two
-    are time in which the nodes have little to replicate.
+    the next transaction's first record (it waits on the coordinator for its
+    add and the previous marker on its partition). The last two are time in
+    which the nodes have little to replicate.
     """
     topic = "bench-cycle"
     value = os.urandom(opts.record_size)
@@ -484,8 +537,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency-rate", type=int, default=2000, help="records/s of the visibility-latency run")
     p.add_argument("--latency-seconds", type=float, default=10.0)
     p.add_argument("--failovers", type=int, default=3)
-    p.add_argument("--only", nargs="+", default=["produce", "consume", "latency", "cycle", "failover"],
-                   choices=["produce", "consume", "latency", "cycle", "failover"])  # fmt: skip
+    p.add_argument("--chain-cycles", type=int, default=150, help="light-load cycles of the chain measurement")
+    p.add_argument("--only", nargs="+", default=["produce", "consume", "latency", "cycle", "chain", "failover"],
+                   choices=["produce", "consume", "latency", "cycle", "chain", "failover"])  # fmt: skip
 
 
 def run_txn_bench(opts: argparse.Namespace) -> dict[str, Any]:
@@ -494,7 +548,8 @@ def run_txn_bench(opts: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="txbroker-bench-txn-") as tmp, BenchCluster(Path(tmp)) as cluster:
         cluster.start()
         urls = [c.url for c in cluster.configs]
-        topics = ("bench-idempotent", "bench-transactional", "bench-aborted-10pct", "bench-visible", "bench-cycle")
+        topics = ("bench-idempotent", "bench-transactional", "bench-aborted-10pct", "bench-visible", "bench-cycle",
+                  "bench-chain")  # fmt: skip
         for t in topics:
             cluster.create_topic(t, opts.partitions)
         # Every topic led by its preferred replicas (one leader per node) before anything is measured: the
@@ -505,6 +560,7 @@ def run_txn_bench(opts: argparse.Namespace) -> dict[str, Any]:
             "consume": lambda: asyncio.run(consume_comparison(urls, opts)),
             "latency": lambda: asyncio.run(visible_latency(urls, opts)),
             "cycle": lambda: asyncio.run(commit_cycle(urls, opts)),
+            "chain": lambda: asyncio.run(commit_chain(urls, opts)),
             "failover": lambda: coordinator_failover(cluster, opts),
         }
         for name in opts.only:
