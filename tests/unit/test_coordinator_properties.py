@@ -308,7 +308,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert now_meta == before, (cmd, before, now_meta)  # §14 item 5: no change
         else:
             self.model[tid] = after
-            if before is not None:
+            if before is not None and before.state is not now_meta.state:  # a pipelined add keeps the state
                 assert reachable(before.state, now_meta.state), (before.state, now_meta.state)
         return result
 
