@@ -691,11 +691,12 @@ class TransactionService:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.broker.config.request_timeout_ms / 1000
+        gave_up = False  # the driver ended with markers still owed (deposed, or fenced by a newer coordinator)
         while True:
             meta = part.sm.get(plan.transactional_id)
             if meta is None or meta.marker_plan() != plan:
                 return  # CompleteTxn applied: every marker is written
-            if not part.group.is_leader() or self._closing:
+            if gave_up or not part.group.is_leader() or self._closing:
                 break
             task = self._ensure_driver(part, plan)
             pending = {fut for fut in (self._marker_written(plan, tp) for tp in tps) if not fut.done()}
@@ -705,11 +706,7 @@ class TransactionService:
             if remaining <= 0:
                 break
             await asyncio.wait({*pending, task}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            if task.done() and any(not fut.done() for fut in pending):
-                meta = part.sm.get(plan.transactional_id)
-                if meta is None or meta.marker_plan() != plan:
-                    return
-                break  # the driver gave up (deposed, or fenced by a newer coordinator)
+            gave_up = task.done() and any(not fut.done() for fut in pending)
         raise BrokerError(
             ErrorCode.CONCURRENT_TRANSACTIONS,
             f"the previous transaction of {plan.transactional_id!r} is still writing its markers",
