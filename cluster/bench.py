@@ -172,6 +172,10 @@ class BenchCluster:
         for i in self.procs:
             wait_for(functools.partial(self.ready, i), timeout, f"node {i} /readyz")
 
+    def nodes_cpu(self) -> float:
+        """CPU seconds (user + system) used so far by the live node processes."""
+        return sum(proc_stat(p.pid)[0] for p in self.procs.values() if p.poll() is None)
+
     def kill(self, node_id: int) -> None:
         p = self.procs[node_id]
         p.send_signal(signal.SIGKILL)

@@ -263,8 +263,16 @@ def main(argv: list[str]) -> int:
             # run then favours no scenario.
             order = list(scenarios.items())
             for name, run in order if r % 2 == 0 else reversed(order):
-                runs.setdefault(name, []).append(asyncio.run(run()))
-    keys = ("mb_per_s", "records_per_s", "p50_ms", "p99_ms", "client_cpu_pct", "errors", "config")
+                n0, t0 = cluster.nodes_cpu(), time.monotonic()
+                result = asyncio.run(run())
+                busy = (cluster.nodes_cpu() - n0) / (time.monotonic() - t0)
+                # The nodes' CPU per record, from the whole call (warm-up and drain included): what one
+                # acknowledged record costs the broker in this scenario's request shape.
+                result["nodes_busy_cores"] = round(busy, 2)
+                result["nodes_cpu_us_per_record"] = round(1e6 * busy / max(1, result["records_per_s"]), 1)
+                runs.setdefault(name, []).append(result)
+    keys = ("mb_per_s", "records_per_s", "p50_ms", "p99_ms", "client_cpu_pct", "nodes_busy_cores",
+            "nodes_cpu_us_per_record", "errors", "config")  # fmt: skip
     median: dict[str, int] = {}
     for name, results in runs.items():
         results.sort(key=lambda r: r["records_per_s"])
