@@ -107,6 +107,7 @@ async def run_client_produce_bench(
         "p99_ms": _pct(latencies, 0.99),
         "client_cpu_pct": round(100 * (c1 - c0) / wall, 1),
         "requests": m1["requests"] - m0["requests"],
+        "records_per_request": round(records / max(1, m1["requests"] - m0["requests"]), 1),
         "batches": m1["batches"] - m0["batches"],
         "retries": m1["retries"] - m0["retries"],
         "errors": m1["errors"],
@@ -272,7 +273,7 @@ def main(argv: list[str]) -> int:
                 result["nodes_cpu_us_per_record"] = round(1e6 * busy / max(1, result["records_per_s"]), 1)
                 runs.setdefault(name, []).append(result)
     keys = ("mb_per_s", "records_per_s", "p50_ms", "p99_ms", "client_cpu_pct", "nodes_busy_cores",
-            "nodes_cpu_us_per_record", "errors", "config")  # fmt: skip
+            "nodes_cpu_us_per_record", "records_per_request", "errors", "config")  # fmt: skip
     median: dict[str, int] = {}
     for name, results in runs.items():
         results.sort(key=lambda r: r["records_per_s"])

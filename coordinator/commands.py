@@ -295,6 +295,10 @@ def encode_command(cmd: Command) -> bytes:
     return json_bytes(body)
 
 
+# Each command class's (field name, reader), built on first use: decoding runs in every replica's apply.
+_FIELD_READERS: dict[type[Command], tuple[tuple[str, Callable[[Mapping[str, Any], str], Any]], ...]] = {}
+
+
 def decode_command(raw: bytes) -> Command:
     """Parse a command; raises ``CommandDecodeError`` for anything malformed (unknown op, wrong types)."""
     try:
@@ -307,5 +311,7 @@ def decode_command(raw: bytes) -> Command:
     cls = _COMMANDS.get(op) if isinstance(op, str) else None
     if cls is None:
         raise CommandDecodeError(f"unknown coordinator command {d.get('op')!r}")
-    kwargs = {f.name: _READERS[str(f.type)](d, f.name) for f in dataclasses.fields(cls)}
-    return cls(**kwargs)
+    readers = _FIELD_READERS.get(cls)
+    if readers is None:
+        readers = _FIELD_READERS[cls] = tuple((f.name, _READERS[str(f.type)]) for f in dataclasses.fields(cls))
+    return cls(**{name: read(d, name) for name, read in readers})

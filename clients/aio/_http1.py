@@ -168,10 +168,13 @@ class Http1Pool:
         self.max_body = max_body
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._all: set[_Connection] = set()
-        self._heads: dict[tuple[str, str], tuple[str, int, bytes]] = {}
+        self._heads: dict[tuple[str, str, bytes], tuple[str, int, bytes]] = {}
 
-    async def post(self, url: str, body: bytes, content_type: str, timeout: float) -> Http1Response:
-        host, port, head_prefix = self._target(url, content_type)
+    async def post(
+        self, url: str, body: bytes, content_type: str, timeout: float, extra_head: bytes = b""
+    ) -> Http1Response:
+        """POST ``body``; ``extra_head`` is more header lines, each ending in CRLF (fixed per url)."""
+        host, port, head_prefix = self._target(url, content_type, extra_head)
         head = head_prefix + b"%d\r\n\r\n" % len(body)
         idle = self._idle.setdefault((host, port), [])
         conn: _Connection | None = None
@@ -204,8 +207,8 @@ class Http1Pool:
             self._drop(conn)
         return answer
 
-    def _target(self, url: str, content_type: str) -> tuple[str, int, bytes]:
-        key = (url, content_type)
+    def _target(self, url: str, content_type: str, extra_head: bytes) -> tuple[str, int, bytes]:
+        key = (url, content_type, extra_head)
         hit = self._heads.get(key)
         if hit is None:
             parts = urllib.parse.urlsplit(url)
@@ -215,9 +218,13 @@ class Http1Pool:
             path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
             authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             prefix = (
-                f"POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: {content_type}\r\n"
-                "Accept: application/json\r\nContent-Length: "
-            ).encode("latin-1")
+                (
+                    f"POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: {content_type}\r\n"
+                    "Accept: application/json\r\n"
+                ).encode("latin-1")
+                + extra_head
+                + b"Content-Length: "
+            )
             if len(self._heads) > 1024:
                 self._heads.clear()
             hit = self._heads[key] = (host, port, prefix)

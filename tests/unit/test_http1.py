@@ -168,3 +168,20 @@ def test_only_http_urls_are_accepted() -> None:
         assert info.value.error_code is ErrorCode.INVALID_CONFIG
 
     run_with_server(echo, scenario)
+
+
+def test_extra_head_lines_reach_the_server_and_differ_per_url() -> None:
+    """The internal forward's signature header (``extra_head``) is sent, and each url keeps its own."""
+
+    async def headers(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"sig": request.headers.get("X-Sig"), "path": request.path})
+
+    async def scenario(url: str, stats: dict[str, Any]) -> None:
+        async with open_pool() as pool:
+            for path, sig in (("/a", b"one"), ("/b", b"two"), ("/a", b"one"), ("/a", b"")):
+                extra = b"X-Sig: " + sig + b"\r\n" if sig else b""
+                answer = await pool.post(url + path, b"{}", "application/json", 5.0, extra)
+                assert json.loads(answer.body) == {"sig": sig.decode() or None, "path": path}
+            assert len(stats["peers"]) == 1
+
+    run_with_server(headers, scenario)
