@@ -353,7 +353,9 @@ async def visible_latency(urls: list[str], opts: argparse.Namespace) -> dict[str
     }  # fmt: skip
 
 
-async def commit_chain(urls: list[str], opts: argparse.Namespace) -> dict[str, Any]:
+async def commit_chain(
+    urls: list[str], opts: argparse.Namespace, nodes_cpu: Callable[[], float] = lambda: 0.0
+) -> dict[str, Any]:
     """The serial time between two transactions at light load, against an idempotent producer's round trip.
 
     Each cycle sends one 100-byte record to each partition and waits for the
@@ -364,8 +366,21 @@ async def commit_chain(urls: list[str], opts: argparse.Namespace) -> dict[str, A
     transaction, and ``end_txn`` is ``commit_transaction()`` (EndTxn, no flush
     to speak of). The difference of the first two plus EndTxn is the serial
     time a commit puts between two transactions.
+
+    ``nodes_cpu_ms_per_cycle`` is the node processes' CPU per cycle, less
+    what the idle cluster uses in the same time (measured first): what a
+    transaction costs the broker beyond the same records sent idempotently,
+    the fixed cost behind the full-load overhead.
     """
     topic = "bench-chain"
+    n0, t0 = nodes_cpu(), time.monotonic()
+    await asyncio.sleep(3.0)
+    idle_cores = (nodes_cpu() - n0) / (time.monotonic() - t0)
+    cpu: dict[str, float] = {}
+
+    def cpu_per_cycle(n0: float, t0: float) -> float:
+        return 1000 * (nodes_cpu() - n0 - idle_cores * (time.monotonic() - t0)) / int(opts.chain_cycles)
+
     tps = list(range(opts.partitions))
     steps: dict[str, list[float]] = {"idempotent_acks": [], "next_first_acks": [], "end_txn": []}
 
@@ -377,13 +392,18 @@ async def commit_chain(urls: list[str], opts: argparse.Namespace) -> dict[str, A
     async with AsyncProducer(urls, linger_ms=0) as p:
         await p.partitions_for(topic)
         for i in range(opts.chain_cycles + 10):
+            if i == 10:
+                n0, t0 = nodes_cpu(), time.monotonic()
             took = await one_each(p)
             if i >= 10:
                 steps["idempotent_acks"].append(took)
+        cpu["idempotent"] = cpu_per_cycle(n0, t0)
     async with AsyncProducer(urls, transactional_id="bench-txn-chain", linger_ms=0) as p:
         await p.partitions_for(topic)
         await p.init_transactions()
         for i in range(opts.chain_cycles + 10):
+            if i == 10:
+                n0, t0 = nodes_cpu(), time.monotonic()
             p.begin_transaction()
             took = await one_each(p)
             started = time.monotonic()
@@ -391,7 +411,11 @@ async def commit_chain(urls: list[str], opts: argparse.Namespace) -> dict[str, A
             if i >= 10:  # the first transactions warm the coordinator and the connections
                 steps["next_first_acks"].append(took)
                 steps["end_txn"].append((time.monotonic() - started) * 1000)
+        cpu["transactional"] = cpu_per_cycle(n0, t0)
     out: dict[str, Any] = {"cycles": opts.chain_cycles, "partitions": opts.partitions}
+    out["nodes_idle_cores"] = round(idle_cores, 3)
+    out["nodes_cpu_ms_per_cycle"] = {k: round(v, 2) for k, v in cpu.items()}
+    out["transaction_nodes_cpu_ms"] = round(cpu["transactional"] - cpu["idempotent"], 2)
     for name, values in steps.items():
         out[name] = {"p50_ms": _pct(values, 0.5), "p90_ms": _pct(values, 0.9)}
     p50 = {name: statistics.median(values) for name, values in steps.items()}
@@ -614,7 +638,7 @@ def run_txn_bench(opts: argparse.Namespace) -> dict[str, Any]:
             "consume": lambda: asyncio.run(consume_comparison(urls, opts)),
             "latency": lambda: asyncio.run(visible_latency(urls, opts)),
             "cycle": lambda: asyncio.run(commit_cycle(urls, opts)),
-            "chain": lambda: asyncio.run(commit_chain(urls, opts)),
+            "chain": lambda: asyncio.run(commit_chain(urls, opts, cluster.nodes_cpu)),
             "failover": lambda: coordinator_failover(cluster, opts),
         }
         for name in opts.only:
