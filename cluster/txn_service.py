@@ -116,25 +116,6 @@ def txn_storage_prefix(partition: int) -> bytes:
     return b"X" + partition.to_bytes(4, "big")
 
 
-def metadata_json(m: TransactionMetadata) -> dict[str, Any]:
-    return {
-        "transactional_id": m.transactional_id,
-        "producer_id": m.producer_id,
-        "producer_epoch": m.producer_epoch,
-        "state": m.state.display_name,
-        "timeout_ms": m.timeout_ms,
-        "start_time_ms": m.txn_start_time_ms,
-        "last_update_time_ms": m.txn_last_update_ms,
-        "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(m.partitions, key=str)],
-        "prepared_ms": m.prepared.prepared_ms if m.prepared is not None else None,
-        "group_id": m.group_id,
-        # Pipelined adds: what the client's next transaction added while this one's markers are written.
-        "next_transaction_partitions": [
-            {"topic": tp.topic, "partition": tp.partition} for tp in sorted(m.next_partitions, key=str)
-        ],
-    }
-
-
 def _fence_and_abort(m: TransactionMetadata) -> Callable[[int, int], Command]:
     def build(now: int, cepoch: int) -> Command:
         return FenceAndAbort(
@@ -184,10 +165,13 @@ class TransactionService:
             self._make_sm,
             on_leader_change=self._on_leader_change,
         )
-        self._drivers: dict[tuple[str, int, int], asyncio.Task[None]] = {}
+        # Marker drivers and commit-group drivers, each with the Raft term it was started for: a driver of an
+        # earlier term may still be finishing a call when this node leads again (it then ends without
+        # completing anything), so a new term always gets a driver of its own.
+        self._drivers: dict[tuple[str, int, int], tuple[int, asyncio.Task[None]]] = {}
         # Per running driver: one future per partition, done once that partition's marker is written.
         self._written: dict[tuple[str, int, int], dict[TopicPartition, asyncio.Future[None]]] = {}
-        self._group_drivers: dict[str, asyncio.Task[None]] = {}
+        self._group_drivers: dict[str, tuple[int, asyncio.Task[None]]] = {}
         self._verified: OrderedDict[tuple[str, int, int, str, int], None] = OrderedDict()
         # Verifications under way: the batches a producer sends behind a transaction's first batch to a
         # partition share its verification instead of each asking the coordinator.
@@ -220,7 +204,7 @@ class TransactionService:
 
     async def close(self) -> None:
         self._closing = True
-        tasks = [*self._tasks, *self._drivers.values(), *self._group_drivers.values()]
+        tasks = [*self._tasks, *(t for _, t in self._drivers.values()), *(t for _, t in self._group_drivers.values())]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -552,17 +536,26 @@ class TransactionService:
             self._ensure_group_driver(partition, decision)
 
     def _ensure_group_driver(self, partition: int, decision: GroupDecision) -> asyncio.Task[None]:
-        task = self._group_drivers.get(decision.group_id)
-        if task is None or task.done():
-            task = self.broker.loop.create_task(self._drive_group(partition, decision))
-            self._group_drivers[decision.group_id] = task
+        part = self.groups.local.get(partition)
+        term = part.group.term() if part is not None else -1
+        held = self._group_drivers.get(decision.group_id)
+        if held is not None and held[0] == term and not held[1].done():
+            return held[1]
+        task = self.broker.loop.create_task(self._drive_group(partition, decision, term))
+        self._group_drivers[decision.group_id] = (term, task)
+
+        def ended(t: asyncio.Task[None]) -> None:
+            held = self._group_drivers.get(decision.group_id)
+            if held is not None and held[1] is t:
+                del self._group_drivers[decision.group_id]
+
+        task.add_done_callback(ended)
         return task
 
-    async def _drive_group(self, partition: int, decision: GroupDecision) -> None:
+    async def _drive_group(self, partition: int, decision: GroupDecision, term: int) -> None:
         part = self.groups.local.get(partition)
         if part is None:
             return
-        term = part.group.term()
 
         async def one(member: GroupMember) -> None:
             attempt = 0
@@ -659,18 +652,27 @@ class TransactionService:
             self._ensure_driver(part, plan)
 
     def _ensure_driver(self, part: TxnPartition, plan: MarkerPlan) -> asyncio.Task[None]:
+        """The running driver of ``plan`` for this node's current term, started if there is none.
+
+        A driver of an earlier term that is still waiting on a call (a marker
+        to a paused node) is left to end on its own: it completes nothing
+        once the term changed, so the new term needs its own driver.
+        """
         key = (plan.transactional_id, plan.producer_id, plan.producer_epoch)
-        task = self._drivers.get(key)
-        if task is None or task.done():
-            task = self.broker.loop.create_task(self._drive(part, plan))
-            self._drivers[key] = task
+        term = part.group.term()
+        held = self._drivers.get(key)
+        if held is not None and held[0] == term and not held[1].done():
+            return held[1]
+        task = self.broker.loop.create_task(self._drive(part, plan, term))
+        self._drivers[key] = (term, task)
 
-            def ended(t: asyncio.Task[None]) -> None:
-                if self._drivers.get(key) is t:
-                    del self._drivers[key]
-                    self._written.pop(key, None)
+        def ended(t: asyncio.Task[None]) -> None:
+            held = self._drivers.get(key)
+            if held is not None and held[1] is t:
+                del self._drivers[key]
+                self._written.pop(key, None)
 
-            task.add_done_callback(ended)
+        task.add_done_callback(ended)
         return task
 
     def _marker_written(self, plan: MarkerPlan, tp: TopicPartition) -> asyncio.Future[None]:
@@ -762,9 +764,8 @@ class TransactionService:
             if not await self._bounded(self._ensure_driver(part, plan), deadline - loop.time()):
                 return
 
-    async def _drive(self, part: TxnPartition, plan: MarkerPlan) -> None:
-        """Write every marker of ``plan``, then CompleteTxn -- for as long as this node leads this term."""
-        term = part.group.term()
+    async def _drive(self, part: TxnPartition, plan: MarkerPlan, term: int) -> None:
+        """Write every marker of ``plan``, then CompleteTxn -- for as long as this node leads ``term``."""
         control = ControlType.COMMIT if plan.commit else ControlType.ABORT
         started = time.monotonic()
         key = plan.transactional_id
@@ -949,7 +950,7 @@ class TransactionService:
         out: list[dict[str, Any]] = []
         for part in self.groups.local.values():
             if part.group.is_leader():
-                out.extend(metadata_json(m) for m in part.sm.transactions(states))
+                out.extend(m.describe() for m in part.sm.transactions(states))
         return out
 
     def describe(self, transactional_id: str) -> dict[str, Any]:
@@ -957,7 +958,7 @@ class TransactionService:
         meta = part.sm.get(transactional_id)
         if meta is None:
             raise BrokerError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"no transactional id {transactional_id!r}")
-        return metadata_json(meta)
+        return meta.describe()
 
     def prefix_matches(self, prefix: str) -> list[TransactionMetadata]:
         out: list[TransactionMetadata] = []
