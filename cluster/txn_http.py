@@ -25,7 +25,6 @@ from coordinator.states import TransactionState
 
 from . import parsing
 from .peers import FORWARDED_HEADER
-from .txn_service import metadata_json
 
 if TYPE_CHECKING:
     from .http_api import Api
@@ -251,7 +250,7 @@ class TxnRoutes:
         tid = self._tid(request)
 
         async def call() -> dict[str, Any]:
-            return metadata_json(await self.txn.abort(tid))
+            return (await self.txn.abort(tid)).describe()
 
         return await self._routed(request, await request.read(), call)
 

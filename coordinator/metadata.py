@@ -159,21 +159,21 @@ class TransactionMetadata:
         )
 
     def describe(self) -> dict[str, Any]:
-        """DescribeTransactions-shaped fields (KIP-664 names, state as Kafka's display name)."""
+        """The JSON view of the HTTP API (describe, list, abort answers); state as Kafka's display name."""
         return {
             "transactional_id": self.transactional_id,
-            "state": self.state.display_name,
             "producer_id": self.producer_id,
             "producer_epoch": self.producer_epoch,
-            "transaction_timeout_ms": self.timeout_ms,
-            "transaction_start_time_ms": self.txn_start_time_ms,
+            "state": self.state.display_name,
+            "timeout_ms": self.timeout_ms,
+            "start_time_ms": self.txn_start_time_ms,
             "last_update_time_ms": self.txn_last_update_ms,
-            "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(self.partitions)],
-            "prepared_time_ms": self.prepared.prepared_ms if self.prepared is not None else None,
-            "commit_group": self.group_id,
-            "coordinator_epoch": self.coordinator_epoch,
+            "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(self.partitions, key=str)],
+            "prepared_ms": self.prepared.prepared_ms if self.prepared is not None else None,
+            "group_id": self.group_id,
+            # Pipelined adds: what the client's next transaction added while this one's markers are written.
             "next_transaction_partitions": [
-                {"topic": tp.topic, "partition": tp.partition} for tp in sorted(self.next_partitions)
+                {"topic": tp.topic, "partition": tp.partition} for tp in sorted(self.next_partitions, key=str)
             ],
         }
 

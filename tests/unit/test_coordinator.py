@@ -7,6 +7,7 @@ Real RocksDB in tmp_path; commands go through their byte encoding and
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -656,11 +657,18 @@ def test_list_and_describe_filter_by_state(coord: Coordinator) -> None:
     assert [m.transactional_id for m in coord.sm.transactions()] == ["a", "b"]
     [ongoing] = coord.sm.transactions(states={S.ONGOING})
     d = ongoing.describe()
-    assert (d["transactional_id"], d["state"], d["partitions"]) == (
+    assert (d["transactional_id"], d["state"], d["partitions"], d["next_transaction_partitions"]) == (
         "b",
         "Ongoing",
         [{"topic": "orders", "partition": 0}],
+        [],
     )
+    # The HTTP API's view: every key the API documents, JSON-ready.
+    assert set(d) == {
+        "transactional_id", "producer_id", "producer_epoch", "state", "timeout_ms", "start_time_ms",
+        "last_update_time_ms", "partitions", "prepared_ms", "group_id", "next_transaction_partitions",
+    }  # fmt: skip
+    assert json.loads(json.dumps(d)) == d
 
 
 # -- prepared transactions (KIP-939 idea) -------------------------------------------------------------
