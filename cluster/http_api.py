@@ -110,7 +110,6 @@ class Api:
         self.metrics = metrics
         self._session: aiohttp.ClientSession | None = None
         self._pool: Http1Pool | None = None
-        self._auth_heads: dict[str, bytes] = {}  # path -> its signature header line (fixed per path)
         self._rr = itertools.count()
         broker._forward = self.forward_internal
         self.txn_routes = TxnRoutes(self)
@@ -132,39 +131,21 @@ class Api:
         return parsing.parse_json_object(await request.read())
 
     async def forward_internal(self, node_id: int, method: str, path: str, body: Any) -> Any:
-        """Call another node's internal endpoint (HMAC-authenticated).
+        """POST to another node's internal endpoint (HMAC-authenticated).
 
-        POSTs -- every internal call a transaction makes: verifications,
-        markers -- go over a lean keep-alive pool (``Http1Pool``: a fraction of
-        aiohttp's client CPU per request; several per transaction add up).
+        Every internal call -- verifications and markers among them, several
+        per transaction -- goes over a lean keep-alive pool (``Http1Pool``: a
+        fraction of aiohttp's client CPU per request).
         """
+        if method != "POST":
+            raise ValueError(f"internal endpoints take POST, not {method}")
         url = self.broker.node_url(node_id)
-        if url is None or self._session is None:
+        if url is None or self._pool is None:
             raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"node {node_id} unknown")
-        if method == "POST" and self._pool is not None:
-            return await self._post_internal(node_id, url, path, body)
-        headers = {AUTH_HEADER: sign(self.broker.config.cluster_secret, method, path)}
+        auth = f"{AUTH_HEADER}: {sign(self.broker.config.cluster_secret, method, path)}\r\n".encode("latin-1")
         try:
-            async with self._session.request(method, url + path, json=body, headers=headers) as resp:
-                data = await resp.json()
-                if resp.status >= 400:
-                    raise BrokerError(ErrorCode.from_name(data.get("error_code", "")), data.get("message", ""))
-                return data
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise BrokerError(ErrorCode.NETWORK_EXCEPTION, f"node {node_id} unreachable: {exc}") from exc
-
-    async def _post_internal(self, node_id: int, url: str, path: str, body: Any) -> Any:
-        assert self._pool is not None
-        auth = self._auth_heads.get(path)
-        if auth is None:
-            if len(self._auth_heads) > 4096:
-                self._auth_heads.clear()
-            signature = sign(self.broker.config.cluster_secret, "POST", path)
-            auth = self._auth_heads[path] = f"{AUTH_HEADER}: {signature}\r\n".encode("latin-1")
-        try:
-            resp = await self._pool.post(
-                url + path, json.dumps(body).encode(), "application/json", _FORWARD_TIMEOUT_S, auth
-            )
+            resp = await self._pool.post(url + path, json.dumps(body).encode(), "application/json",
+                                         _FORWARD_TIMEOUT_S, auth)  # fmt: skip
             data = json.loads(resp.body)
         except (BrokerError, ValueError) as exc:
             raise BrokerError(ErrorCode.NETWORK_EXCEPTION, f"node {node_id} unreachable: {exc}") from exc

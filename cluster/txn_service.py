@@ -53,7 +53,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from clients.protocol import BrokerError, ControlType, ErrorCode
 from coordinator.commands import (
@@ -149,6 +149,40 @@ class EndTxnAnswer:
 
     result: EndTxnResult
     state: TransactionState
+
+
+_K = TypeVar("_K")
+
+
+def _driver_for_term(
+    drivers: dict[_K, tuple[int, asyncio.Task[None]]],
+    key: _K,
+    term: int,
+    start: Callable[[], asyncio.Task[None]],
+    on_end: Callable[[], object] | None = None,
+) -> asyncio.Task[None]:
+    """The running driver of ``key`` for ``term``, started with ``start()`` if there is none.
+
+    A driver of an earlier term that is still waiting on a call (a marker to
+    a paused node) is left to end on its own -- it completes nothing once
+    the term changed -- so the new term gets its own. When a driver ends
+    while still the registered one, its entry goes and ``on_end`` runs.
+    """
+    held = drivers.get(key)
+    if held is not None and held[0] == term and not held[1].done():
+        return held[1]
+    task = start()
+    drivers[key] = (term, task)
+
+    def ended(t: asyncio.Task[None]) -> None:
+        current = drivers.get(key)
+        if current is not None and current[1] is t:
+            del drivers[key]
+            if on_end is not None:
+                on_end()
+
+    task.add_done_callback(ended)
+    return task
 
 
 class TransactionService:
@@ -538,19 +572,12 @@ class TransactionService:
     def _ensure_group_driver(self, partition: int, decision: GroupDecision) -> asyncio.Task[None]:
         part = self.groups.local.get(partition)
         term = part.group.term() if part is not None else -1
-        held = self._group_drivers.get(decision.group_id)
-        if held is not None and held[0] == term and not held[1].done():
-            return held[1]
-        task = self.broker.loop.create_task(self._drive_group(partition, decision, term))
-        self._group_drivers[decision.group_id] = (term, task)
-
-        def ended(t: asyncio.Task[None]) -> None:
-            held = self._group_drivers.get(decision.group_id)
-            if held is not None and held[1] is t:
-                del self._group_drivers[decision.group_id]
-
-        task.add_done_callback(ended)
-        return task
+        return _driver_for_term(
+            self._group_drivers,
+            decision.group_id,
+            term,
+            lambda: self.broker.loop.create_task(self._drive_group(partition, decision, term)),
+        )
 
     async def _drive_group(self, partition: int, decision: GroupDecision, term: int) -> None:
         part = self.groups.local.get(partition)
@@ -652,28 +679,16 @@ class TransactionService:
             self._ensure_driver(part, plan)
 
     def _ensure_driver(self, part: TxnPartition, plan: MarkerPlan) -> asyncio.Task[None]:
-        """The running driver of ``plan`` for this node's current term, started if there is none.
-
-        A driver of an earlier term that is still waiting on a call (a marker
-        to a paused node) is left to end on its own: it completes nothing
-        once the term changed, so the new term needs its own driver.
-        """
+        """The running driver of ``plan`` for this node's current term (``_driver_for_term``)."""
         key = (plan.transactional_id, plan.producer_id, plan.producer_epoch)
         term = part.group.term()
-        held = self._drivers.get(key)
-        if held is not None and held[0] == term and not held[1].done():
-            return held[1]
-        task = self.broker.loop.create_task(self._drive(part, plan, term))
-        self._drivers[key] = (term, task)
-
-        def ended(t: asyncio.Task[None]) -> None:
-            held = self._drivers.get(key)
-            if held is not None and held[1] is t:
-                del self._drivers[key]
-                self._written.pop(key, None)
-
-        task.add_done_callback(ended)
-        return task
+        return _driver_for_term(
+            self._drivers,
+            key,
+            term,
+            lambda: self.broker.loop.create_task(self._drive(part, plan, term)),
+            on_end=lambda: self._written.pop(key, None),
+        )
 
     def _marker_written(self, plan: MarkerPlan, tp: TopicPartition) -> asyncio.Future[None]:
         """The future a running driver of ``plan`` completes once the marker on ``tp`` is written."""

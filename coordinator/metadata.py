@@ -168,14 +168,16 @@ class TransactionMetadata:
             "timeout_ms": self.timeout_ms,
             "start_time_ms": self.txn_start_time_ms,
             "last_update_time_ms": self.txn_last_update_ms,
-            "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(self.partitions, key=str)],
+            "partitions": _partition_list(self.partitions),
             "prepared_ms": self.prepared.prepared_ms if self.prepared is not None else None,
             "group_id": self.group_id,
             # Pipelined adds: what the client's next transaction added while this one's markers are written.
-            "next_transaction_partitions": [
-                {"topic": tp.topic, "partition": tp.partition} for tp in sorted(self.next_partitions, key=str)
-            ],
+            "next_transaction_partitions": _partition_list(self.next_partitions),
         }
+
+
+def _partition_list(partitions: frozenset[TopicPartition]) -> list[dict[str, Any]]:
+    return [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(partitions, key=str)]
 
 
 def _topics_json(partitions: frozenset[TopicPartition]) -> dict[str, list[int]]:
