@@ -36,7 +36,8 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ._loop_thread import LoopThread
-from .aio._batch import DeliveryTimeoutError, add_callback
+from .aio._batch import BATCH_OVERHEAD, DeliveryTimeoutError, add_callback
+from .aio.batch_builder import BatchBuilder
 from .aio.producer import AsyncProducer, Callback
 from .protocol import BrokerError, ErrorCode
 from .records import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction, RecordMetadata, TopicPartition
@@ -101,6 +102,31 @@ class Producer:
             self._wakeup_pending = True
             self._lt.call_soon(self._start_pump)
         return fut
+
+    def create_batch(self) -> BatchBuilder:
+        """An empty ``BatchBuilder`` for ``send_batch`` (see ``clients.aio.batch_builder``)."""
+        return self._producer.create_batch()
+
+    def send_batch(
+        self, batch: BatchBuilder, topic: str, *, partition: int
+    ) -> concurrent.futures.Future[RecordMetadata]:
+        """Queue ``batch`` after every record sent before it; the future resolves to its first record's metadata.
+
+        Blocks like ``send`` while ``buffer_memory`` is used up; errors in the
+        request itself (closed producer, unknown partition) raise here.
+        """
+        if self._closed:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "send_batch() after close()")
+        nbytes = batch.size() - BATCH_OVERHEAD
+        self._reserve(nbytes)
+        out: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        out.set_running_or_notify_cancel()
+        try:
+            self._lt.run(self._after_handoff(self._send_batch(batch, topic, partition, out), None))
+        except BaseException:
+            self._release(nbytes)
+            raise
+        return out
 
     def partitions_for(self, topic: str) -> set[int]:
         return self._lt.run(self._producer.partitions_for(topic))
@@ -240,6 +266,20 @@ class Producer:
                 self._fail(fut, nbytes, DeliveryTimeoutError("producer closed", maybe_written=False))
         left = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
         await self._producer.close(left)
+
+    async def _send_batch(
+        self, batch: BatchBuilder, topic: str, partition: int, out: concurrent.futures.Future[RecordMetadata]
+    ) -> None:
+        fut = await self._producer.send_batch(batch, topic, partition=partition)
+
+        def done(f: asyncio.Future[RecordMetadata]) -> None:
+            exc = f.exception()
+            if exc is not None:
+                out.set_exception(exc)
+            else:
+                out.set_result(f.result())
+
+        fut.add_done_callback(done)
 
     async def _metrics(self) -> dict[str, Any]:
         return self._producer.metrics()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ._metadata import MetadataCache, PartitionInfo, parse_bootstrap
 from ._session import HttpSession
 from .admin import AsyncAdmin
+from .batch_builder import BatchBuilder
 from .consumer import AsyncConsumer
 from .producer import AsyncProducer
 
@@ -12,6 +13,7 @@ __all__ = [
     "AsyncAdmin",
     "AsyncConsumer",
     "AsyncProducer",
+    "BatchBuilder",
     "HttpSession",
     "MetadataCache",
     "PartitionInfo",

@@ -291,6 +291,17 @@ class RecordAccumulator:
             changed = True
         return changed
 
+    def append_batch(self, batch: ProducerBatch) -> None:
+        """Queue a batch built apart (``send_batch``), after every record already in its partition."""
+        pq = self._queue((batch.topic, batch.partition))
+        if pq.open is not None:  # the open batch holds earlier records: it goes first, as it is
+            pq.open.sealed = True
+            pq.open = None
+        batch.sealed = True
+        pq.queue.append(batch)
+        self.stats["batches"] += 1
+        self.buffered_bytes += batch.size - BATCH_OVERHEAD
+
     # ---- reporting ---------------------------------------------------------------------------
 
     def _report_success(self, batch: ProducerBatch, base_offset: int, log_append_time: int) -> None:

@@ -199,6 +199,11 @@ class ProducerBatch:
         headers: bytes,
         sink: RecordSink,
     ) -> None:
+        ks, vs = self.encode(timestamp, key, value, headers)
+        self.thunks.append((sink, timestamp, ks, vs, len(headers) - 2))
+
+    def encode(self, timestamp: int, key: bytes | None, value: bytes | None, headers: bytes) -> tuple[int, int]:
+        """Add one record's bytes (no outcome sink: ``append``, or a whole-batch sink); its key and value sizes."""
         vs = -1 if value is None else len(value)
         if key is None:
             ks = -1
@@ -213,7 +218,17 @@ class ProducerBatch:
         elif timestamp > self.max_ts:
             self.max_ts = timestamp
         self.record_count += 1
-        self.thunks.append((sink, timestamp, ks, vs, len(headers) - 2))
+        return ks, vs
+
+    def encode_value(self, timestamp: int, value: bytes) -> None:
+        """``encode`` of a bytes value with no key and no headers, in fewer steps (``BatchBuilder``'s hot path)."""
+        self._parts += (_REC_NULL_KEY.pack(timestamp, -1, len(value)), value, NO_HEADERS)
+        self.size += 18 + len(value)
+        if self.record_count == 0:
+            self.first_ts = self.max_ts = timestamp
+        elif timestamp > self.max_ts:
+            self.max_ts = timestamp
+        self.record_count += 1
 
     def append_unkeyed(self, timestamp: int, value: bytes | None, headers: bytes, sink: RecordSink) -> None:
         """``append`` with ``key=None`` in fewer steps (the sticky partitioner's hot path); same bytes."""
@@ -229,6 +244,15 @@ class ProducerBatch:
         if timestamp > self.max_ts:
             self.max_ts = timestamp
         self.record_count += 1
+
+    def assign(self, topic: str, partition: int, created: float, sink: RecordSink) -> None:
+        """Aim a batch built apart (``BatchBuilder``) at ``topic``/``partition``; ``sink`` gets the outcome.
+
+        On success ``sink`` gets the ``RecordMetadata`` of the batch's first record
+        (its base offset; sizes -1, as aiokafka's ``send_batch`` answers).
+        """
+        self.topic, self.partition, self.created = topic, partition, created
+        self.thunks = [(sink, self.first_ts, -1, -1, -1)]
 
     def seal_wire(self, producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool) -> None:
         """Fix the batch's identity and bytes; every later attempt sends exactly these bytes.

@@ -62,6 +62,7 @@ from ._metadata import MetadataCache
 from ._session import HttpSession
 from ._transactions import TransactionAbortedError, TransactionManager, TxnState
 from ._txn_coordinator import CoordinatorClient, group_offsets_path, offset_commit_entries, transaction_path
+from .batch_builder import BatchBuilder
 
 __all__ = ["AsyncProducer", "Callback", "Serializer"]
 
@@ -282,6 +283,40 @@ class AsyncProducer:
             add_callback(fut, callback, log.error)
         if self.append(topic, partition, kb, vb, hb, nbytes, timestamp_ms, fut, n):
             await asyncio.sleep(0)  # a batch filled up: let the sender ship it
+        return fut
+
+    def create_batch(self) -> BatchBuilder:
+        """An empty ``BatchBuilder`` for ``send_batch`` (aiokafka's name), bounded by ``batch_size``."""
+        return BatchBuilder(
+            self._acc.batch_size,
+            self.encode_record,
+            max_record_bytes=self._max_record_bytes,
+            plain_values=self._value_ser is None,
+        )
+
+    async def send_batch(self, batch: BatchBuilder, topic: str, *, partition: int) -> asyncio.Future[RecordMetadata]:
+        """Queue ``batch`` for ``partition`` as one record batch; the future resolves to its first record's metadata.
+
+        Same guarantees as ``send``: sequenced, retried, in order with the
+        partition's other records, in the open transaction. Suspends like
+        ``send`` to learn the topic or while ``buffer_memory`` is used up.
+        """
+        self.check_open()
+        self.ensure_started()
+        n = self._metadata.cached_partition_count(topic) or await self._wait_for_topic(topic)
+        if not 0 <= partition < n:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has {n} partitions, not {partition}")
+        pb = batch.take()
+        nbytes = pb.size - BATCH_OVERHEAD
+        if self._acc.buffered_bytes + nbytes > self._buffer_memory and self._acc.buffered_bytes > 0:
+            await self._wait_for_memory(nbytes)
+        self.check_open()
+        assert self._loop is not None
+        fut = self._loop.create_future()
+        pb.assign(topic, partition, self._loop.time(), fut)
+        self._acc.append_batch(pb)
+        if self._acc.window_open(topic, partition):
+            self._wake.set()
         return fut
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> RecordMetadata:
@@ -591,6 +626,12 @@ class AsyncProducer:
     ) -> tuple[bytes | None, bytes | None, bytes, int]:
         """Check the producer is usable and encode one record's parts; any thread may call it."""
         self.check_open()
+        return self.encode_record(key, value, headers)
+
+    def encode_record(
+        self, key: Any, value: Any, headers: Sequence[tuple[str, bytes | None]] | None
+    ) -> tuple[bytes | None, bytes | None, bytes, int]:
+        """One record's key, value and header bytes and its size, through the serializers; no state checks."""
         if key is not None:
             if self._key_ser is not None:
                 key = self._key_ser(key)

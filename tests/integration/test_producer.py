@@ -311,3 +311,93 @@ def test_batches_that_overtake_their_predecessor_wait_for_it_on_the_leader(clust
     assert offsets == list(range(0, 10 * len(offsets), 10))
     stored = batches(cluster, topic, 0)
     assert [b["base_sequence"] for b in stored] == list(range(0, seq, 10))
+
+
+# ---- batches built by the caller (create_batch / send_batch) ---------------------------------------------
+
+
+def test_send_batch_lands_as_one_batch_in_order_with_send_and_answers_its_base_offset(cluster, topic):
+    """send() records, a caller-built batch, then send() again: one partition, that order, each record once."""
+
+    async def run() -> tuple[list[RecordMetadata], list[RecordMetadata], int]:
+        async with AsyncProducer(cluster.urls, batch_size=4096, linger_ms=50) as p:
+            before = [await p.send(topic, value=f"s{i}".encode(), partition=2) for i in range(3)]
+            batch = p.create_batch()
+            offsets = []
+            while (i := batch.record_count()) < 1000:
+                at = batch.append(value=f"b{i:03d}".encode() + b"." * 100, key=b"k" if i % 2 else None,
+                                  headers=[("h", str(i).encode())], timestamp=1_700_000_000_000 + i)  # fmt: skip
+                if at is None:
+                    break
+                offsets.append(at)
+            assert offsets == list(range(len(offsets))) and 10 < len(offsets) < 1000, "batch_size bounds the batch"
+            assert batch.size() <= 4096
+            fut = await p.send_batch(batch, topic, partition=2)
+            after = [await p.send(topic, value=f"t{i}".encode(), partition=2) for i in range(3)]
+            await p.flush(30)
+            with pytest.raises(BrokerError) as again:
+                await p.send_batch(batch, topic, partition=2)
+            assert again.value.error_code is ErrorCode.INVALID_REQUEST
+            with pytest.raises(BrokerError) as sent:
+                batch.append(value=b"late")
+            assert sent.value.error_code is ErrorCode.INVALID_REQUEST
+            return [f.result() for f in before] + [fut.result()], [f.result() for f in after], len(offsets)
+
+    first, after, n = asyncio.run(run())
+    *before, whole = first
+    assert [m.offset for m in before] == [0, 1, 2]
+    assert (whole.topic, whole.partition, whole.offset, whole.timestamp) == (topic, 2, 3, 1_700_000_000_000)
+    assert [m.offset for m in after] == [3 + n, 4 + n, 5 + n]
+    stored = batches(cluster, topic, 2)
+    mine = [b for b in stored if b["base_offset"] == 3]
+    assert len(mine) == 1 and len(mine[0]["records"]) == n, "the caller's batch was split or merged"
+    got = [v for _, v in read_log(cluster, topic, 2, n + 6)]
+    assert got == [b"s0", b"s1", b"s2"] + [f"b{i:03d}".encode() + b"." * 100 for i in range(n)] + [b"t0", b"t1", b"t2"]
+    keys = [r.get("key") and base64.b64decode(r["key"]) for r in mine[0]["records"][:4]]
+    assert keys == [None, b"k", None, b"k"]
+
+
+def test_send_batch_rejects_bad_requests_and_changes_nothing(cluster, topic):
+    async def run() -> None:
+        async with AsyncProducer(cluster.urls, max_block_ms=1000, max_request_size=10_000) as p:
+            empty = p.create_batch()
+            with pytest.raises(BrokerError) as e:
+                await p.send_batch(empty, topic, partition=0)
+            assert e.value.error_code is ErrorCode.INVALID_REQUEST
+            full = p.create_batch()
+            with pytest.raises(BrokerError) as e:
+                full.append(value=b"x" * 20_000)
+            assert e.value.error_code is ErrorCode.RECORD_TOO_LARGE
+            with pytest.raises(BrokerError) as e:
+                full.append(value={"not": "bytes"})
+            assert e.value.error_code is ErrorCode.INVALID_REQUEST
+            full.append(value=b"ok")
+            with pytest.raises(BrokerError) as e:
+                await p.send_batch(full, topic, partition=7)
+            assert e.value.error_code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            with pytest.raises(BrokerError) as e:
+                await p.send_batch(full, "no-such-topic", partition=0)
+            assert e.value.error_code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            assert full.record_count() == 1, "a refused send_batch leaves the batch usable"
+            md = await (await p.send_batch(full, topic, partition=0))
+            assert md.offset == 0
+
+    asyncio.run(run())
+    assert read_log(cluster, topic, 0, 1) == [(0, b"ok")]
+
+
+def test_sync_send_batch_keeps_send_order_and_memory_accounting(cluster, topic):
+    expected: list[bytes] = []
+    with Producer(cluster.urls, linger_ms=20, buffer_memory=64 * 1024, batch_size=16 * 1024) as p:
+        futs = []
+        for round_ in range(20):  # 20 x ~16 KiB batches through a 64 KiB buffer: send_batch must wait for room
+            expected.append(f"r{round_}".encode())
+            futs.append(p.send(topic, value=expected[-1], partition=1))
+            batch = p.create_batch()
+            while batch.append(value=(v := f"r{round_}b{batch.record_count()}".encode().ljust(500, b"."))) is not None:
+                expected.append(v)
+            futs.append(p.send_batch(batch, topic, partition=1))
+        mds = [f.result(timeout=30) for f in futs]
+        assert p.metrics()["buffered_bytes"] == 0
+    assert all(b.offset > a.offset for a, b in itertools.pairwise(mds)), "send and send_batch overtook each other"
+    assert [v for _, v in read_log(cluster, topic, 1, len(expected))] == expected

@@ -127,6 +127,35 @@ def test_async_producer_commits_and_aborts(cluster):
     assert seen == {0: kept, 1: []}
 
 
+def test_send_batch_belongs_to_the_open_transaction(cluster):
+    """A caller-built batch commits and aborts with its transaction, and needs one to be sent."""
+    t = topic(cluster, 1)
+
+    def batch_of(p: AsyncProducer, tag: str) -> object:
+        b = p.create_batch()
+        for i in range(20):
+            b.append(value=f"{tag}{i}".encode())
+        return b
+
+    async def run() -> None:
+        async with AsyncProducer(cluster.urls, transactional_id="client-batch") as p:
+            await p.init_transactions()
+            outside = batch_of(p, "x")  # building needs no transaction, sending does
+            with pytest.raises(BrokerError):
+                await p.send_batch(outside, t, partition=0)
+            p.begin_transaction()
+            await p.send_batch(batch_of(p, "gone"), t, partition=0)
+            await p.abort_transaction()
+            p.begin_transaction()
+            await p.send(t, value=b"first", partition=0)
+            await p.send_batch(batch_of(p, "kept"), t, partition=0)
+            await p.commit_transaction()
+
+    asyncio.run(run())
+    seen = [v for _, v in read_committed_both_ways(cluster, t, 1)[0]]
+    assert seen == [b"first"] + [f"kept{i}".encode() for i in range(20)]
+
+
 def test_abort_fails_unsent_records_with_a_clear_error(cluster):
     # Records still waiting for linger when the txn aborts are never sent (Kafka's TransactionAbortedException)
     t = topic(cluster)
