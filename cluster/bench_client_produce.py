@@ -9,6 +9,12 @@ id -1, which spares the baseline the sequence bookkeeping), to each
 partition's leader, ``records_per_request`` records per request and
 ``concurrency`` requests in flight.
 
+``main`` also runs the producer's ``create_batch``/``send_batch`` path, and
+compares both producer runs with the broker's ceiling (``bench produce``'s raw
+binary writer) round by round: the producer's batches hold the same 64 records
+as the ceiling's, and each round's ratio pairs runs made seconds apart, so slow
+drift of a shared machine cancels; the rounds are resampled for a 95 % interval.
+
 Both measure acknowledged records over ``duration_s`` after ``warmup_s`` and
 report client CPU, so the ratio between them is the value of the client. Run
 both against one cluster with ``python -m cluster.bench_client_produce``
