@@ -306,11 +306,11 @@ class AsyncProducer:
         n = self._metadata.cached_partition_count(topic) or await self._wait_for_topic(topic)
         if not 0 <= partition < n:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has {n} partitions, not {partition}")
-        pb = batch.take()
-        nbytes = pb.size - BATCH_OVERHEAD
-        if self._acc.buffered_bytes + nbytes > self._buffer_memory and self._acc.buffered_bytes > 0:
+        nbytes = batch.size() - BATCH_OVERHEAD
+        if nbytes and self._acc.buffered_bytes + nbytes > self._buffer_memory and self._acc.buffered_bytes > 0:
             await self._wait_for_memory(nbytes)
         self.check_open()
+        pb = batch.take()  # last: a send_batch refused up to here leaves the batch to the caller
         assert self._loop is not None
         fut = self._loop.create_future()
         pb.assign(topic, partition, self._loop.time(), fut)
