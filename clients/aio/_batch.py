@@ -37,6 +37,7 @@ from ..records import RecordMetadata
 
 __all__ = [
     "NO_HEADERS",
+    "UNKEYED_OVERHEAD",
     "BatchState",
     "DeliveryTimeoutError",
     "ProducerBatch",
@@ -53,6 +54,7 @@ NO_HEADERS = b"\x00\x00"  # header_count 0
 _NULL_LEN = _I32.pack(-1)
 CRC_START = 5  # magic u8 + crc u32 are not covered by the CRC
 BATCH_OVERHEAD = BATCH_HEADER.size
+UNKEYED_OVERHEAD = 18  # record_size(None, value, NO_HEADERS) - len(value): ts, key_len, value_len, header_count
 
 
 class RecordSink(Protocol):
@@ -223,7 +225,7 @@ class ProducerBatch:
     def encode_value(self, timestamp: int, value: bytes) -> None:
         """``encode`` of a bytes value with no key and no headers, in fewer steps (``BatchBuilder``'s hot path)."""
         self._parts += (_REC_NULL_KEY.pack(timestamp, -1, len(value)), value, NO_HEADERS)
-        self.size += 18 + len(value)
+        self.size += UNKEYED_OVERHEAD + len(value)
         if self.record_count == 0:
             self.first_ts = self.max_ts = timestamp
         elif timestamp > self.max_ts:

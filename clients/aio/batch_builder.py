@@ -26,11 +26,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..protocol import BrokerError, ErrorCode
-from ._batch import NO_HEADERS, ProducerBatch, record_size
+from ._batch import UNKEYED_OVERHEAD, ProducerBatch
 
 __all__ = ["BatchBuilder"]
-
-_PLAIN_OVERHEAD = record_size(None, b"", NO_HEADERS)  # a record with a null key and no headers, less its value
 
 # AsyncProducer.encode_record: (key, value, headers) -> key bytes, value bytes, header bytes, record size
 Serialize = Callable[
@@ -74,7 +72,7 @@ class BatchBuilder:
         b = self._batch
         if key is None and headers is None and type(value) is bytes and self._plain_values:
             # A loader's usual record, in few steps: the same checks and bytes as the general path below.
-            nbytes = len(value) + _PLAIN_OVERHEAD
+            nbytes = len(value) + UNKEYED_OVERHEAD
             if nbytes <= self._max_record_bytes:
                 if b.record_count and b.size + nbytes > self._batch_size:
                     return None

@@ -56,7 +56,16 @@ from ..protocol import (
 )
 from ..records import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction, RecordMetadata, TopicPartition
 from ._accumulator import METADATA_ERRORS, Outcome, RecordAccumulator
-from ._batch import BATCH_OVERHEAD, NO_HEADERS, ProducerBatch, RecordSink, add_callback, encode_headers, record_size
+from ._batch import (
+    BATCH_OVERHEAD,
+    NO_HEADERS,
+    UNKEYED_OVERHEAD,
+    ProducerBatch,
+    RecordSink,
+    add_callback,
+    encode_headers,
+    record_size,
+)
 from ._idempotence import IdempotenceManager, ProducerIdState
 from ._metadata import MetadataCache
 from ._session import HttpSession
@@ -71,7 +80,6 @@ log = logging.getLogger("clients.producer")
 Serializer = Callable[[Any], bytes | None]
 Callback = Callable[[RecordMetadata | None, BaseException | None], None]
 _MAX_RETRIES = 2**31 - 1
-_UNKEYED_OVERHEAD = record_size(None, b"", NO_HEADERS)  # a record with a null key and no headers, less its value
 
 
 def _acks(value: str | int) -> int:
@@ -254,7 +262,7 @@ class AsyncProducer:
         ):
             # The hot loop's case -- a bytes value for the sticky partition's open batch -- in few steps;
             # the same checks and bytes as the general path below, which takes every other case.
-            nbytes = len(value) + _UNKEYED_OVERHEAD
+            nbytes = len(value) + UNKEYED_OVERHEAD
             acc = self._acc
             batch = acc.open_sticky_batch(topic, nbytes)
             if (

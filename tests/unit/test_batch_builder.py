@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clients.aio._accumulator import Outcome
-from clients.aio._batch import BATCH_OVERHEAD, NO_HEADERS, BatchState, encode_headers, record_size
+from clients.aio._batch import BATCH_OVERHEAD, NO_HEADERS, UNKEYED_OVERHEAD, BatchState, encode_headers, record_size
 from clients.aio.batch_builder import BatchBuilder
 from clients.protocol import BrokerError, ErrorCode, decode_records, encode_batch
 from tests.unit.test_producer_accumulator import Sink, leader, make, put, records_st
@@ -87,3 +87,7 @@ def test_send_batch_queues_after_the_open_batch_and_answers_the_base_offset():
     assert first.result.offset == 10 and later.result.offset == 16
     assert (whole.result.offset, whole.result.partition, whole.result.timestamp) == (11, 0, 1000)
     assert acc.buffered_bytes == 0 and all(x.state is BatchState.DONE for x in sent)
+
+
+def test_unkeyed_overhead_is_what_record_size_counts():
+    assert record_size(None, b"abc", NO_HEADERS) == UNKEYED_OVERHEAD + 3
