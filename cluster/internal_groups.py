@@ -171,5 +171,11 @@ class InternalGroups(Generic[SM]):
         out: dict[str, dict[str, object]] = {}
         for p, part in self.local.items():
             leader = self._config.node_id if part.group.is_leader() else part.leader_id
-            out[part.group_id] = {"kind": self.kind, "partition": p, "leader": leader, "term": part.group.term()}
+            out[part.group_id] = {
+                "kind": self.kind,
+                "partition": p,
+                "leader": leader,
+                "term": part.group.term(),
+                "commit_index": part.group.commit_index(),
+            }
         return out

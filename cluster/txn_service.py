@@ -91,6 +91,7 @@ from raft import NotLeaderError, QueueFullError, RaftCommandFailed, RaftTimeoutE
 
 from .internal_groups import InternalGroups, InternalPartition
 from .metrics import CoordinatorKind, TransactionSample, TxnOutcome
+from .txn_adds import AddsInFlight, PartitionHints
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -211,6 +212,8 @@ class TransactionService:
         # partition share its verification instead of each asking the coordinator.
         self._verifying: dict[tuple[str, int, int, str, int], asyncio.Future[None]] = {}
         self._abort_reason: dict[str, TxnOutcome] = {}
+        self._hints = PartitionHints()  # a transaction's first add also adds the previous one's partitions
+        self._adds = AddsInFlight()
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
 
@@ -378,6 +381,7 @@ class TransactionService:
         producer_id: int,
         producer_epoch: int,
         tps: tuple[TopicPartition, ...],
+        wait_for: tuple[TopicPartition, ...] | None = None,
     ) -> AddPartitionsResult:
         """Add ``tps``; meanwhile wait for the markers the previous transaction still owes on them.
 
@@ -385,10 +389,12 @@ class TransactionService:
         (``coordinator.transitions._add_next``); the two waits overlap, and the
         answer comes when both are done, so no batch of the next transaction
         can reach a partition ahead of the previous transaction's marker there.
+        ``wait_for`` narrows the marker wait to the partitions the caller is
+        about to write (a hinted partition waits when its own batch comes).
         """
         meta = part.sm.get(transactional_id)
         plan = meta.marker_plan() if meta is not None else None
-        owed = [tp for tp in tps if plan is not None and tp in plan.partitions]
+        owed = [tp for tp in (tps if wait_for is None else wait_for) if plan is not None and tp in plan.partitions]
         if plan is None or not owed:
             return await self._add_partitions(part, transactional_id, producer_id, producer_epoch, tps)
         markers = asyncio.ensure_future(self._await_markers(part, plan, owed))
@@ -416,14 +422,19 @@ class TransactionService:
                               tps: tuple[TopicPartition, ...]) -> AddPartitionsResult:  # fmt: skip
         before = part.sm.get(transactional_id)
         starts = before is None or (before.state not in OPEN_STATES and not before.next_partitions)
-        result = await self._propose(
-            part,
-            AddPartitions,
-            transactional_id=transactional_id,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            partitions=tps,
-        )
+        ident = (transactional_id, producer_id, producer_epoch)
+        in_flight = self._adds.begin(ident, tps)
+        try:
+            result = await self._propose(
+                part,
+                AddPartitions,
+                transactional_id=transactional_id,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                partitions=tps,
+            )
+        finally:
+            self._adds.end(ident, in_flight)
         assert isinstance(result, AddPartitionsResult), result
         if starts and result.added:
             self.broker.metrics.txn_started()
@@ -462,6 +473,7 @@ class TransactionService:
         )
         assert isinstance(result, EndTxnResult), result
         if result.markers is not None:
+            self._hints.ended(transactional_id, producer_id, producer_epoch)
             task = self._ensure_driver(part, result.markers)
             if wait_for_completion or (before is not None and before.state is TransactionState.PREPARED):
                 await self._bounded(task)
@@ -925,16 +937,38 @@ class TransactionService:
         """
         part = self.leading(transactional_id)
         tp = TopicPartition(topic, partition)
-        err = part.sm.partition_in_txn(transactional_id, producer_id, producer_epoch, topic, partition)
-        if err is None:
-            meta = part.sm.get(transactional_id)
-            plan = meta.marker_plan() if meta is not None else None
-            if plan is not None and tp in plan.partitions:  # added ahead; the previous marker may be owed
-                await self._await_markers(part, plan, (tp,))
-            return
-        if err.error_code is not ErrorCode.INVALID_TXN_STATE:
-            raise err
-        await self._add_ahead(part, transactional_id, producer_id, producer_epoch, self._checked_partitions([tp]))
+        ident = (transactional_id, producer_id, producer_epoch)
+        self._hints.written(transactional_id, producer_id, producer_epoch, tp)
+        while True:
+            err = part.sm.partition_in_txn(transactional_id, producer_id, producer_epoch, topic, partition)
+            if err is None:
+                meta = part.sm.get(transactional_id)
+                plan = meta.marker_plan() if meta is not None else None
+                if plan is not None and tp in plan.partitions:  # added ahead; the previous marker may be owed
+                    await self._await_markers(part, plan, (tp,))
+                return
+            if err.error_code is not ErrorCode.INVALID_TXN_STATE:
+                raise err
+            joined = self._adds.covering(ident, tp)
+            if joined is None:
+                break
+            await asyncio.shield(joined)  # an add under way includes tp: look again once it is applied
+        hinted = self._hints.for_first_add(part.sm.get(transactional_id), tp)
+        tps = self._checked_partitions([tp, *self._still_existing(hinted)])
+        await self._add_ahead(part, transactional_id, producer_id, producer_epoch, tps, wait_for=(tp,))
+
+    def _still_existing(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """The hinted partitions that exist and have a leader now (a hint never fails or blocks a transaction)."""
+        out = []
+        for tp in tps:
+            try:
+                self._checked_partitions([tp])
+                meta = self.broker.topic(tp.topic)
+            except BrokerError:
+                continue
+            if self.broker.partition_state(meta, tp.partition).get("leader") is not None:
+                out.append(tp)
+        return out
 
     # ---- timeouts and expiry --------------------------------------------------------------------
 

@@ -500,3 +500,82 @@ def test_consume_transform_produce_with_every_other_transaction_aborted_copies_e
     out = [v for _, v in read_committed_both_ways(cluster, dst, 1)[0]]
     assert sorted(out) == sorted(f"out-in-{i}".encode() for i in range(500))
     assert n >= 4
+
+
+# ---- one add per transaction: the first add carries the partitions the previous transaction wrote to -----------
+
+
+def _coordinator_commits(c: LocalCluster, tid: str) -> int:
+    """Raft commit index of the transaction-state partition that coordinates ``tid``, on its leader."""
+    from cluster.peers import AUTH_HEADER, sign
+
+    status, coord = http("GET", c.urls[0] + f"/v1/coordinators/transaction/{tid}")
+    assert status == 200, coord
+    cfg = c.configs[coord["node_id"] - 1]
+    status, state = http("GET", cfg.url + "/v1/internal/state",
+                         headers={AUTH_HEADER: sign(cfg.cluster_secret, "GET", "/v1/internal/state")})  # fmt: skip
+    assert status == 200, state
+    (entry,) = [
+        v for v in state["partitions"].values()
+        if v.get("kind") == "__transaction_state" and v["partition"] == coord["partition"]
+    ]  # fmt: skip
+    return int(entry["commit_index"])
+
+
+def test_a_transaction_adds_its_partitions_in_one_coordinator_write_and_an_idle_producer_has_none_open(cluster):
+    # KIP-890 part 2 implicit adds, made cheap (cluster.txn_adds): the first batch of a transaction adds the
+    # partitions the previous transaction wrote to, so the other partitions' verifications find them there.
+    # A steady pipeline then costs the coordinator 3 writes per transaction (the add, PrepareCommit,
+    # CompleteCommit) instead of one add per partition. A hinted partition left unwritten gets a marker that
+    # takes no offset and is not hinted again; a producer that stops sending has no transaction open.
+    t = topic(cluster, 3)
+    tid = "client-hinted"
+    url = cluster.urls[0] + f"/v1/transactions/{tid}"
+
+    def txn_partitions() -> set[int]:
+        status, body = http("GET", url)
+        assert status == 200, body
+        return {tp["partition"] for tp in body["partitions"] if tp["topic"] == t}
+
+    with Producer(cluster.urls, transactional_id=tid, linger_ms=0) as p:
+        p.init_transactions()
+        expected: dict[int, list[tuple[int, bytes]]] = {q: [] for q in range(3)}
+
+        def one(n: int, partitions: range | tuple[int, ...]) -> None:
+            p.begin_transaction()
+            futs = [(q, f"{n}-{q}".encode(), p.send(t, value=f"{n}-{q}".encode(), partition=q)) for q in partitions]
+            for q, v, f in futs:
+                expected[q].append((f.result(timeout=30).offset, v))
+            p.commit_transaction()
+
+        one(0, range(3))
+        wait_settled(cluster, t, range(3))
+        before = _coordinator_commits(cluster, tid)
+        for n in range(1, 6):
+            one(n, range(3))
+        wait_settled(cluster, t, range(3))
+        wait_for(lambda: http("GET", url)[1]["state"] == "CompleteCommit", 15, "the last commit to complete")
+        assert _coordinator_commits(cluster, tid) - before == 3 * 5, "more than one add per transaction"
+
+        # Partition 0 only: the add still carries 1 and 2 (hinted), whose markers then close nothing
+        ends = {q: fetch_page(leader_url(cluster, t, q), t, q, 0, "read_uncommitted")["high_watermark"] for q in (1, 2)}
+        p.begin_transaction()
+        f = p.send(t, value=b"only-0", partition=0)
+        expected[0].append((f.result(timeout=30).offset, b"only-0"))
+        assert txn_partitions() == {0, 1, 2}
+        p.commit_transaction()
+        wait_settled(cluster, t, range(3))
+        for q in (1, 2):
+            assert fetch_page(leader_url(cluster, t, q), t, q, 0, "read_uncommitted")["high_watermark"] == ends[q]
+        # ... and the next transaction is given only what that one wrote
+        p.begin_transaction()
+        f = p.send(t, value=b"again-0", partition=0)
+        expected[0].append((f.result(timeout=30).offset, b"again-0"))
+        assert txn_partitions() == {0}
+        p.commit_transaction()
+        wait_for(lambda: http("GET", url)[1]["state"] == "CompleteCommit", 15, "the commit to complete")
+        # Idle: begin_transaction alone opens nothing at the coordinator
+        p.begin_transaction()
+        assert http("GET", url)[1]["state"] == "CompleteCommit"
+        assert txn_partitions() == set()
+    assert read_committed_both_ways(cluster, t, 3) == expected

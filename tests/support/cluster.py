@@ -50,10 +50,11 @@ def http(
     raw: bytes | None = None,
     content_type: str = "application/json",
     timeout: float = 30.0,
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, Any]:
     """(status, decoded JSON or bytes). Never raises for HTTP error statuses."""
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(url, data=data, method=method)
+    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     if data is not None:
         req.add_header("Content-Type", content_type)
     try:
