@@ -98,7 +98,8 @@ class InternalGroups(Generic[SM]):
                 members.append(node.raft_address)
             gid = self.group_id(p)
             sm = self._make_sm(p)
-            group = self._raft.add_group(gid, members, sm, on_event=self._on_event)
+            # Coordinator writes come one at a time: their followers catch up with the next heartbeat.
+            group = self._raft.add_group(gid, members, sm, on_event=self._on_event, lazy_commit_notify=True)
             part = InternalPartition(p, gid, replicas, group, sm)
             self.local[p] = part
             self._by_group[gid] = part

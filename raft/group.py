@@ -86,6 +86,7 @@ class _GroupSyncObj(patches.CoalescedAppendEntries, SyncObj):  # type: ignore[mi
     def __init__(self, owner: RaftGroup, *args: Any, **kwargs: Any) -> None:
         self._owner = owner
         self.commit_notify_delay = owner._settings.commit_notify_delay_s
+        self.lazy_commit_notify = owner.lazy_commit_notify
         super().__init__(*args, **kwargs)
 
     def _wake_at(self, when: float) -> None:
@@ -112,8 +113,12 @@ class RaftGroup:
         shard: TickerShard,
         on_event: Callable[[LeadershipEvent], None] | None,
         on_rejected: Callable[[str], None],
+        lazy_commit_notify: bool = False,
     ) -> None:
         self.group_id = group_id
+        # Followers learn a new commit index from the next heartbeat when nothing else is in flight
+        # (``pysyncobj_patches.CoalescedAppendEntries``): for groups written now and then, like coordinators'.
+        self.lazy_commit_notify = lazy_commit_notify
         self.members = members
         self.self_address = self_address
         self.data_dir = data_dir

@@ -125,10 +125,15 @@ class RaftNode:
         members: Sequence[str],
         sm: StateMachine,
         on_event: Callable[[LeadershipEvent], None] | None = None,
+        *,
+        lazy_commit_notify: bool = False,
     ) -> RaftGroup:
         """Create and start this node's replica of ``group_id`` (static membership).
 
         ``members`` are all voters' raft addresses, including this node's.
+        ``lazy_commit_notify``: followers of an otherwise idle group learn a
+        new commit index from the next heartbeat instead of an AppendEntries
+        round of its own (``RaftGroup``).
         Blocks until the group exists on its ticker shard (milliseconds; the
         journal is replayed later, by the first ticks).
         """
@@ -153,6 +158,7 @@ class RaftNode:
                 shard=shard,
                 on_event=on_event,
                 on_rejected=self._rejected,
+                lazy_commit_notify=lazy_commit_notify,
             )
             self._groups[group_id] = group
 

@@ -286,8 +286,13 @@ class CoalescedAppendEntries:
     the commit index. ``commit_notify_delay`` bounds the wait (``_wake_at``
     asks the ticker for a tick then). When nothing else is in flight it
     notifies at once, as PySyncObj does, so an idle group's followers are
-    never behind. Only followers' apply can be delayed; the leader's commit
-    and apply, hence write latency, never are.
+    never behind -- unless ``lazy_commit_notify`` is set: then an idle
+    group's followers learn the commit index from the next heartbeat (at most
+    ``appendEntriesPeriod`` later). For a group that sees a write now and then
+    (a coordinator's), that halves the messages of each write: no
+    AppendEntries round that carries nothing but the commit index. Only
+    followers' apply can be delayed; the leader's commit and apply, hence
+    write latency, never are.
 
     List it before ``SyncObj`` in the bases. Ticker thread only.
     """
@@ -295,6 +300,7 @@ class CoalescedAppendEntries:
     _coalesce_depth = 0
     _coalesced_pending = 0
     commit_notify_delay = 0.0
+    lazy_commit_notify = False
     # Flush at least this often while draining, so a long drain cannot delay
     # replication of the commands already appended.
     COALESCE_MAX_ENTRIES = 64
@@ -322,13 +328,15 @@ class CoalescedAppendEntries:
     def _SyncObj__applyLogEntries(self) -> bool:  # overrides the name-mangled SyncObj.__applyLogEntries
         need_send: bool = _psc_syncobj.SyncObj._SyncObj__applyLogEntries(self)
         delay = self.commit_notify_delay
-        if not need_send or delay <= 0 or self.__dict__.get("_SyncObj__raftState") != _LEADER:
+        if not need_send or self.__dict__.get("_SyncObj__raftState") != _LEADER:
             return need_send
         more_coming = (
             _psc_syncobj.SyncObj._SyncObj__getCurrentLogIndex(self) > self.__dict__["_SyncObj__raftCommitIndex"]
             or len(self.__dict__["_SyncObj__commandsQueue"]._FastQueue__queue) > 0
         )
         if not more_coming:
+            return not self.lazy_commit_notify  # lazy: the next heartbeat carries the commit index
+        if delay <= 0:
             return need_send
         due = _psc_syncobj.monotonicTime() + delay
         if due < self.__dict__["_SyncObj__newAppendEntriesTime"]:

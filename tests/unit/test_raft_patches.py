@@ -88,7 +88,7 @@ class _RecordingTransport(_NullTransport):
 
 
 class _Coalescing(patches.CoalescedAppendEntries, SyncObj):  # type: ignore[misc]
-    def __init__(self, transport: _RecordingTransport, commit_notify_delay: float = 0.0) -> None:
+    def __init__(self, transport: _RecordingTransport, commit_notify_delay: float = 0.0, lazy: bool = False) -> None:
         conf = SyncObjConf(
             autoTick=False,
             appendEntriesUseBatch=False,
@@ -100,6 +100,7 @@ class _Coalescing(patches.CoalescedAppendEntries, SyncObj):  # type: ignore[misc
             connectionTimeout=60.0,
         )
         self.commit_notify_delay = commit_notify_delay
+        self.lazy_commit_notify = lazy
         self.wakes: list[float] = []
         super().__init__("127.0.0.1:1", ["127.0.0.1:2"], conf, transport=transport)
 
@@ -184,6 +185,32 @@ def test_commit_notification_is_deferred_only_while_more_entries_are_in_flight(d
         so.doTick(0.0)
         assert results == [b"first", b"second"]
         assert notified(second, sent)
+    finally:
+        so.destroy()
+        patches.close_pipe_notifier(so)
+
+
+@pytest.mark.parametrize("delay", [0.0, 5.0])
+def test_a_lazy_group_announces_a_lone_commit_with_the_next_heartbeat(delay: float) -> None:
+    # lazy_commit_notify (coordinator groups): a write with nothing after it costs no AppendEntries round of
+    # its own to tell followers the commit index; the heartbeat due next carries it
+    patches.apply()
+    transport = _RecordingTransport()
+    so = _Coalescing(transport, commit_notify_delay=delay, lazy=True)
+    try:
+        follower = so.lead()
+        results: list[Any] = []
+        so.put(b"lone", callback=lambda res, err: results.append(res))
+        so.doTick(0.0)
+        index = so._SyncObj__getCurrentLogIndex()
+        so._SyncObj__raftMatchIndex[follower] = index
+        sent = len(_append_entries(transport))
+        so.doTick(0.0)
+        assert results == [b"lone"], "the leader's commit and apply are not delayed"
+        assert len(_append_entries(transport)) == sent, "a round only to announce the commit"
+        so._SyncObj__newAppendEntriesTime = monotonic() - 1  # the heartbeat is due
+        so.doTick(0.0)
+        assert [m["commit_index"] for m in _append_entries(transport)[sent:]] == [index]
     finally:
         so.destroy()
         patches.close_pipe_notifier(so)
