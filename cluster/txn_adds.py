@@ -6,7 +6,7 @@ partition not yet in the transaction is added by an ``AddPartitions`` command.
 A transaction over 3 partitions used to cost 3 such commands, each a Raft
 round on the coordinator's group: about 2 ms of the nodes' CPU apiece, the
 largest part of the transactional overhead (``docs/pipelined-transactions.md``).
-Three rules bring them to one, and fold it into the previous transaction's CompleteTxn:
+Two rules bring it to one:
 
 * **The first add of a transaction also adds the partitions the producer's
   previous transaction wrote to** (``PartitionHints``). A pipeline writes to
@@ -23,11 +23,6 @@ Three rules bring them to one, and fold it into the previous transaction's Compl
   batches of a transaction reach the coordinator a millisecond or two apart,
   while the first add is still in its Raft round.
 
-* **The add rides on the previous transaction's CompleteTxn** when it comes
-  while that transaction's markers are written (``CompletionRiders``): a
-  pipeline's coordinator then writes twice per transaction, EndTxn's
-  PrepareCommit and one CompleteCommit that also opens the next transaction.
-
 Hints live in the leader's memory only: they are a guess, never state. After a
 coordinator failover the first transaction of each id pays the old cost once.
 """
@@ -37,16 +32,13 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TypeVar
 
-from clients.protocol import BrokerError
 from coordinator.group_metadata import OFFSETS_TOPIC
 from coordinator.metadata import TopicPartition, TransactionMetadata
-from coordinator.results import AddPartitionsResult
 from coordinator.states import PREPARE_STATES, TransactionState
 
-__all__ = ["AddsInFlight", "CompletionRiders", "PartitionHints", "RiderOutcome", "starts_transaction"]
+__all__ = ["AddsInFlight", "PartitionHints", "starts_transaction"]
 
 _Identity = tuple[str, int, int]  # transactional id, producer id, producer epoch
 _V = TypeVar("_V")
@@ -151,81 +143,3 @@ class AddsInFlight:
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._adds.values())
-
-
-RiderOutcome = AddPartitionsResult | BrokerError | None  # None: ride refused or unknown -- add on your own
-
-_DriverKey = tuple[str, int, int, int]  # transactional id, marker producer id, marker epoch, coordinator term
-
-
-@dataclass
-class _Rider:
-    producer: tuple[int, int]
-    partitions: tuple[TopicPartition, ...]
-    outcome: asyncio.Future[RiderOutcome]
-
-
-class CompletionRiders:
-    """Adds of the client's next transaction riding on the marker driver's CompleteTxn (one Raft round for both).
-
-    While a driver writes the markers of a prepare state, an add from the
-    client's next identity whose own markers are written *joins* it; the driver
-    takes every rider when its markers are all written and proposes one
-    CompleteTxn carrying their partitions (``coordinator.transitions._ride``).
-    A rider not taken within a short grace leaves and adds on its own, so a
-    marker that cannot be written never holds up the next transaction's
-    writes elsewhere. Every path that ends a driver resolves its riders (None:
-    add on your own), so no rider waits for a driver that is gone.
-    """
-
-    def __init__(self) -> None:
-        self._open: dict[_DriverKey, list[_Rider]] = {}
-        self._taken: dict[_DriverKey, list[_Rider]] = {}
-
-    def open(self, key: _DriverKey) -> None:
-        self._open.setdefault(key, [])
-
-    def join(
-        self, key: _DriverKey, producer: tuple[int, int], partitions: tuple[TopicPartition, ...]
-    ) -> asyncio.Future[RiderOutcome] | None:
-        """Ride on ``key``'s CompleteTxn; None when its driver is not taking riders (gone or completing)."""
-        riders = self._open.get(key)
-        if riders is None or any(r.producer != producer for r in riders):
-            return None
-        fut: asyncio.Future[RiderOutcome] = asyncio.get_running_loop().create_future()
-        riders.append(_Rider(producer, partitions, fut))
-        return fut
-
-    def leave(self, key: _DriverKey, fut: asyncio.Future[RiderOutcome]) -> bool:
-        """Withdraw a rider the driver has not taken yet; False if it was taken (its outcome is coming)."""
-        riders = self._open.get(key)
-        if riders is None:
-            return fut.done()
-        for r in riders:
-            if r.outcome is fut:
-                riders.remove(r)
-                return True
-        return fut.done()
-
-    def take(self, key: _DriverKey) -> tuple[tuple[int, int] | None, tuple[TopicPartition, ...]]:
-        """Close ``key`` to riders: (their producer identity, the union of their partitions)."""
-        riders = self._open.pop(key, [])
-        if not riders:
-            return None, ()
-        self._taken[key] = riders
-        tps = sorted({tp for r in riders for tp in r.partitions})
-        return riders[0].producer, tuple(tps)
-
-    def resolve(self, key: _DriverKey, outcome: RiderOutcome) -> None:
-        for r in self._taken.pop(key, []):
-            if not r.outcome.done():
-                r.outcome.set_result(outcome)
-
-    def close(self, key: _DriverKey) -> None:
-        """The driver ended: every rider still waiting adds on its own."""
-        for r in self._open.pop(key, []) + self._taken.pop(key, []):
-            if not r.outcome.done():
-                r.outcome.set_result(None)
-
-    def __len__(self) -> int:
-        return sum(len(v) for v in self._open.values()) + sum(len(v) for v in self._taken.values())

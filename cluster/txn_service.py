@@ -91,7 +91,7 @@ from raft import NotLeaderError, QueueFullError, RaftCommandFailed, RaftTimeoutE
 
 from .internal_groups import InternalGroups, InternalPartition
 from .metrics import CoordinatorKind, TransactionSample, TxnOutcome
-from .txn_adds import AddsInFlight, CompletionRiders, PartitionHints
+from .txn_adds import AddsInFlight, PartitionHints
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -101,9 +101,6 @@ log = logging.getLogger(__name__)
 TXN_STATE_KIND = "__transaction_state"
 _VERIFIED_CACHE = 100_000
 _MARKER_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
-#: How long an add whose own markers are written waits for the driver to take it on its CompleteTxn before adding
-#: on its own (the other partitions' markers are late: one that cannot be written must not hold it up).
-_RIDE_GRACE_S = 0.05
 
 TxnPartition = InternalPartition[TransactionStateMachine]
 
@@ -217,7 +214,6 @@ class TransactionService:
         self._abort_reason: dict[str, TxnOutcome] = {}
         self._hints = PartitionHints()  # a transaction's first add also adds the previous one's partitions
         self._adds = AddsInFlight()
-        self._riders = CompletionRiders()  # the next transaction's add rides on the previous one's CompleteTxn
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
 
@@ -401,11 +397,6 @@ class TransactionService:
         owed = [tp for tp in (tps if wait_for is None else wait_for) if plan is not None and tp in plan.partitions]
         if plan is None or not owed:
             return await self._add_partitions(part, transactional_id, producer_id, producer_epoch, tps)
-        assert meta is not None
-        if (producer_id, producer_epoch) == meta.next_identity():
-            ridden = await self._ride(part, plan, (producer_id, producer_epoch), tps, owed)
-            if ridden is not None:
-                return ridden
         markers = asyncio.ensure_future(self._await_markers(part, plan, owed))
         try:
             result = await self._add_partitions(part, transactional_id, producer_id, producer_epoch, tps)
@@ -414,53 +405,6 @@ class TransactionService:
             raise
         await markers
         return result
-
-    async def _ride(
-        self,
-        part: TxnPartition,
-        plan: MarkerPlan,
-        producer: tuple[int, int],
-        tps: tuple[TopicPartition, ...],
-        owed: list[TopicPartition],
-    ) -> AddPartitionsResult | None:
-        """Add ``tps`` on the driver's CompleteTxn of ``plan`` (``CompletionRiders``); None: add on your own.
-
-        The previous transaction's markers on ``owed`` are awaited first, as
-        for any pipelined add; the answer then comes with the completion,
-        which follows the last marker.
-        """
-        self._ensure_driver(part, plan)
-        rkey = (plan.transactional_id, plan.producer_id, plan.producer_epoch, part.group.term())
-        ident = (plan.transactional_id, *producer)
-        in_flight = self._adds.begin(ident, tps)  # later verifications of these partitions wait for the ride
-        try:
-            ride = self._riders.join(rkey, producer, tps)
-            if ride is None:
-                return None
-            try:
-                try:
-                    await self._await_markers(part, plan, owed)
-                except BrokerError:
-                    # A marker of ours is late: record the add at once as any pipelined add would be, then answer
-                    # CONCURRENT_TRANSACTIONS (the client retries)
-                    self._riders.leave(rkey, ride)
-                    await self._add_partitions(part, plan.transactional_id, *producer, tps)
-                    raise
-                done, _ = await asyncio.wait({ride}, timeout=_RIDE_GRACE_S)
-                if not done and not self._riders.leave(rkey, ride):
-                    await asyncio.wait({ride}, timeout=self.broker.config.request_timeout_ms / 1000)
-            finally:
-                self._riders.leave(rkey, ride)
-            outcome = ride.result() if ride.done() else None
-        finally:
-            self._adds.end(ident, in_flight)
-        if isinstance(outcome, BrokerError):
-            raise outcome
-        if outcome is not None:
-            meta = part.sm.get(plan.transactional_id)
-            if meta is not None and meta.state is TransactionState.ONGOING and outcome.added:
-                self.broker.metrics.txn_started()
-        return outcome
 
     def _checked_partitions(self, partitions: Iterable[TopicPartition]) -> tuple[TopicPartition, ...]:
         tps = tuple(sorted(set(partitions), key=lambda tp: (tp.topic, tp.partition)))
@@ -750,12 +694,13 @@ class TransactionService:
         """The running driver of ``plan`` for this node's current term (``_driver_for_term``)."""
         key = (plan.transactional_id, plan.producer_id, plan.producer_epoch)
         term = part.group.term()
-
-        def start() -> asyncio.Task[None]:
-            self._riders.open((*key, term))  # adds may join before the task first runs
-            return self.broker.loop.create_task(self._drive(part, plan, term))
-
-        return _driver_for_term(self._drivers, key, term, start, on_end=lambda: self._written.pop(key, None))
+        return _driver_for_term(
+            self._drivers,
+            key,
+            term,
+            lambda: self.broker.loop.create_task(self._drive(part, plan, term)),
+            on_end=lambda: self._written.pop(key, None),
+        )
 
     def _marker_written(self, plan: MarkerPlan, tp: TopicPartition) -> asyncio.Future[None]:
         """The future a running driver of ``plan`` completes once the marker on ``tp`` is written."""
@@ -893,29 +838,9 @@ class TransactionService:
                 attempt += 1
             return False
 
-        rkey = (plan.transactional_id, plan.producer_id, plan.producer_epoch, term)
-        try:
-            await self._complete(part, plan, still_leading, one, rkey, key, start_ms, started)
-        finally:
-            self._riders.close(rkey)
-
-    async def _complete(
-        self,
-        part: TxnPartition,
-        plan: MarkerPlan,
-        still_leading: Callable[[], bool],
-        one: Callable[[TopicPartition], Awaitable[bool]],
-        rkey: tuple[str, int, int, int],
-        key: str,
-        start_ms: int,
-        started: float,
-    ) -> None:
-        """The driver's second half: every marker, then CompleteTxn carrying the adds that ride on it."""
         results = await asyncio.gather(*(one(tp) for tp in sorted(plan.partitions, key=str)))
         if not all(results):
             return
-        await asyncio.sleep(0)  # adds woken by the last marker join now (CompletionRiders)
-        rider, riding = self._riders.take(rkey)
         attempt = 0
         while still_leading():
             try:
@@ -926,19 +851,14 @@ class TransactionService:
                     producer_id=plan.producer_id,
                     producer_epoch=plan.producer_epoch,
                     commit=plan.commit,
-                    next_producer_id=rider[0] if rider and attempt == 0 else None,
-                    next_producer_epoch=rider[1] if rider and attempt == 0 else None,
-                    next_partitions=riding if attempt == 0 else (),
                 )
             except BrokerError as exc:
-                self._riders.resolve(rkey, None)  # outcome unknown: the riders add on their own (idempotent)
                 if exc.retriable:
                     await asyncio.sleep(_MARKER_BACKOFF_S[min(attempt, len(_MARKER_BACKOFF_S) - 1)])
                     attempt += 1
                     continue
                 log.error("CompleteTxn of %s failed: %s", plan.transactional_id, exc)
                 return
-            self._riders.resolve(rkey, result.next_added if isinstance(result, CompleteTxnResult) else None)
             if isinstance(result, CompleteTxnResult) and not result.already_complete:
                 outcome = TxnOutcome.COMMITTED if plan.commit else self._abort_reason.pop(key, TxnOutcome.ABORTED)
                 duration = (now_ms() - start_ms) / 1000 if start_ms >= 0 else time.monotonic() - started

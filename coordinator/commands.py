@@ -129,19 +129,10 @@ class EndTxn(_ProducerCommand):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompleteTxn(_ProducerCommand):
-    """Every marker of the prepare state with this marker identity is written: CompleteCommit/CompleteAbort.
-
-    ``next_*``: an AddPartitions of the client's next transaction riding on the
-    completion (the coordinator's writes of one transaction fold into one Raft
-    round): applied as that add would have been just before, then completed.
-    Absent in commands written before riders existed; absent means none.
-    """
+    """Every marker of the prepare state with this marker identity is written: CompleteCommit/CompleteAbort."""
 
     OP: ClassVar[str] = "complete_txn"
     commit: bool
-    next_producer_id: int | None = None
-    next_producer_epoch: int | None = None
-    next_partitions: tuple[TopicPartition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -306,15 +297,6 @@ def encode_command(cmd: Command) -> bytes:
 
 # Each command class's (field name, reader), built on first use: decoding runs in every replica's apply.
 _FIELD_READERS: dict[type[Command], tuple[tuple[str, Callable[[Mapping[str, Any], str], Any]], ...]] = {}
-# Each command class's fields that have a default.
-_OPTIONAL: Mapping[type[Command], frozenset[str]] = {
-    cls: frozenset(
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-    )
-    for cls in _COMMANDS.values()
-}
 
 
 def decode_command(raw: bytes) -> Command:
@@ -332,5 +314,4 @@ def decode_command(raw: bytes) -> Command:
     readers = _FIELD_READERS.get(cls)
     if readers is None:
         readers = _FIELD_READERS[cls] = tuple((f.name, _READERS[str(f.type)]) for f in dataclasses.fields(cls))
-    # A field with a default may be absent (commands journaled before the field existed).
-    return cls(**{name: read(d, name) for name, read in readers if name in d or name not in _OPTIONAL[cls]})
+    return cls(**{name: read(d, name) for name, read in readers})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clients.protocol import BrokerError
 from coordinator.metadata import MarkerPlan, TopicPartition
 from coordinator.states import TransactionState
 
@@ -51,17 +50,13 @@ class EndTxnResult:
 
 @dataclass(frozen=True, slots=True)
 class CompleteTxnResult:
-    """``already_complete``: a retried CompleteTxn found the transaction complete already.
-
-    ``next_added``: the outcome of the add that rode on it (``CompleteTxn.next_partitions``), if any.
-    """
+    """``already_complete``: a retried CompleteTxn found the transaction complete already."""
 
     transactional_id: str
     state: TransactionState
     producer_id: int
     producer_epoch: int
     already_complete: bool
-    next_added: AddPartitionsResult | BrokerError | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -518,10 +518,8 @@ def complete_txn(meta: TransactionMetadata | None, cmd: CompleteTxn) -> Outcome:
     marker = (cmd.producer_id, cmd.producer_epoch)
     if meta.state in PREPARE_STATES and _same_direction(meta.state, cmd.commit):
         if marker == (meta.producer_id, meta.producer_epoch):
-            ridden, added = _ride(meta, cmd)
-            done = _complete(ridden, cmd.now_ms)
-            result = CompleteTxnResult(tid, done.state, done.producer_id, done.producer_epoch, False, added)
-            return Outcome(result, done)
+            done = _complete(meta, cmd.now_ms)
+            return Outcome(CompleteTxnResult(tid, done.state, done.producer_id, done.producer_epoch, False), done)
     elif meta.state in COMPLETE_STATES and _same_direction(meta.state, cmd.commit):
         ended_by = (meta.last_producer_id, meta.last_producer_epoch + 1)  # the marker identity of an EndTxn
         if marker == (meta.producer_id, meta.producer_epoch) or (
@@ -533,28 +531,6 @@ def complete_txn(meta: TransactionMetadata | None, cmd: CompleteTxn) -> Outcome:
         f"{tid!r} has no {'commit' if cmd.commit else 'abort'} pending for producer {marker[0]} "
         f"epoch {marker[1]} ({meta.state})",
     )
-
-
-def _ride(
-    meta: TransactionMetadata, cmd: CompleteTxn
-) -> tuple[TransactionMetadata, AddPartitionsResult | BrokerError | None]:
-    """Apply the add riding on ``cmd`` exactly as a separate AddPartitions just before it would be.
-
-    Returns the metadata to complete and the add's result (None when nothing rides).
-    """
-    if not cmd.next_partitions or cmd.next_producer_id is None or cmd.next_producer_epoch is None:
-        return meta, None
-    add = AddPartitions(
-        now_ms=cmd.now_ms,
-        coordinator_epoch=cmd.coordinator_epoch,
-        transactional_id=cmd.transactional_id,
-        producer_id=cmd.next_producer_id,
-        producer_epoch=cmd.next_producer_epoch,
-        partitions=cmd.next_partitions,
-    )
-    out = add_partitions(meta, add)
-    assert isinstance(out.result, AddPartitionsResult | BrokerError), out.result
-    return (out.metadata if out.metadata is not None else meta), out.result
 
 
 # -- Prepared transactions (external coordinators) ----------------------------------

@@ -31,14 +31,13 @@ from coordinator.commands import (
     InitProducerId,
     Prepare,
     ResolvePrepared,
-    decode_command,
     encode_command,
 )
-from coordinator.errors import CommandDecodeError, IllegalTransitionError
+from coordinator.errors import IllegalTransitionError
 from coordinator.group_commit import GroupDecisionResult, check_member_ready, member_commits
 from coordinator.metadata import EPOCH_EXHAUSTED, MarkerPlan, TopicPartition, encode_metadata
 from coordinator.placement import coordinator_partition
-from coordinator.results import AddPartitionsResult, EndTxnResult, InitProducerIdResult
+from coordinator.results import EndTxnResult, InitProducerIdResult
 from coordinator.state_machine import TransactionStateMachine
 from coordinator.states import VALID_PREVIOUS, TransactionState, validate_transition
 from storage.store import NodeStore
@@ -118,7 +117,7 @@ class Coordinator:
             )
         )
 
-    def complete(self, plan: MarkerPlan, now: int = 0, **rider: Any) -> Any:
+    def complete(self, plan: MarkerPlan, now: int = 0) -> Any:
         return self.apply(
             CompleteTxn(
                 transactional_id=plan.transactional_id,
@@ -127,7 +126,6 @@ class Coordinator:
                 commit=plan.commit,
                 now_ms=now,
                 coordinator_epoch=self.ce,
-                **rider,
             )
         )
 
@@ -553,51 +551,6 @@ def test_complete_txn_needs_the_matching_marker_identity(coord: Coordinator) -> 
     assert coord.meta().partitions == frozenset()
     assert coord.complete(plan).already_complete
     assert coord.sm.pending_completions() == []
-
-
-def test_an_add_riding_on_complete_txn_is_the_add_then_the_completion(coord: Coordinator, tmp_path: Path) -> None:
-    # cluster.txn_adds.CompletionRiders: the next transaction's add and the previous one's CompleteTxn in one
-    # write give exactly the state of the two separate commands, add first
-    pid, epoch = coord.open_txn(TID, TP0, TP1)
-    plan = coord.end(pid, epoch, True, now=5).markers
-    rider = {"next_producer_id": pid, "next_producer_epoch": epoch + 1, "next_partitions": (TP1, TP2)}
-    done = coord.complete(plan, now=9, **rider)
-    assert (done.state, done.already_complete) == (S.ONGOING, False)
-    assert done.next_added == AddPartitionsResult(TID, pid, epoch + 1, (TP1, TP2))
-    ridden = coord.meta()
-
-    other_store = NodeStore(tmp_path / "other")  # the same steps as two separate commands
-    other = Coordinator(other_store)
-    p2, e2 = other.open_txn(TID, TP0, TP1)
-    plan2 = other.end(p2, e2, True, now=5).markers
-    other.add(p2, e2 + 1, TP1, TP2, now=9)
-    other.complete(plan2, now=9)
-    assert ridden == other.meta()
-    other_store.close()
-    assert (ridden.partitions, ridden.producer_epoch, ridden.txn_start_time_ms) == (frozenset({TP1, TP2}), epoch + 1, 9)
-
-
-def test_a_rider_the_add_rule_refuses_gets_its_error_and_the_completion_still_happens(coord: Coordinator) -> None:
-    pid, epoch = coord.open_txn(TID, TP0)
-    plan = coord.end(pid, epoch, True).markers
-    done = coord.complete(plan, next_producer_id=pid, next_producer_epoch=epoch + 7, next_partitions=(TP1,))
-    assert done.state is S.COMPLETE_COMMIT and isinstance(done.next_added, BrokerError)
-    assert done.next_added.error_code is ErrorCode.PRODUCER_FENCED
-    assert coord.meta().partitions == frozenset()
-    # A CompleteTxn that completes nothing (retried) applies no rider either
-    again = coord.complete(plan, next_producer_id=pid, next_producer_epoch=epoch + 1, next_partitions=(TP1,))
-    assert again.already_complete and again.next_added is None
-    assert coord.meta().state is S.COMPLETE_COMMIT
-
-
-def test_a_complete_txn_journaled_before_riders_existed_still_decodes(coord: Coordinator) -> None:
-    old = {"op": "complete_txn", "now_ms": 1, "coordinator_epoch": 1, "transactional_id": TID,
-           "producer_id": 7, "producer_epoch": 2, "commit": True}  # fmt: skip
-    cmd = decode_command(json.dumps(old).encode())
-    assert isinstance(cmd, CompleteTxn)
-    assert (cmd.next_producer_id, cmd.next_producer_epoch, cmd.next_partitions) == (None, None, ())
-    with pytest.raises(CommandDecodeError):  # a required field is still required
-        decode_command(json.dumps({k: v for k, v in old.items() if k != "commit"}).encode())
 
 
 def test_new_leader_resumes_prepare_states_after_reopen(store: NodeStore) -> None:

@@ -14,7 +14,6 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from cluster.txn_adds import CompletionRiders
 from cluster.txn_service import TransactionService
 from coordinator.commands import CompleteTxn
 from coordinator.metadata import MarkerPlan, TopicPartition
@@ -61,7 +60,6 @@ def make_service(release: asyncio.Event, markers: list[int]) -> tuple[Transactio
     svc._drivers = {}
     svc._written = {}
     svc._abort_reason = {}
-    svc._riders = CompletionRiders()
     svc._closing = False
     svc._propose = propose  # type: ignore[method-assign]
     part = SimpleNamespace(group=FakeGroup(), sm=SimpleNamespace(get=lambda tid: None))
@@ -112,37 +110,5 @@ def test_a_deposed_driver_ending_does_not_drop_the_current_one() -> None:
         release.set()
         await asyncio.wait_for(new, 5)
         assert [c for c, _ in proposals] == [CompleteTxn]
-
-    asyncio.run(main())
-
-
-def test_the_driver_carries_the_adds_that_joined_it_on_its_complete_txn_and_releases_the_rest() -> None:
-    # cluster.txn_adds.CompletionRiders: adds of the next identity that joined while the markers were written
-    # ride on the one CompleteTxn; a driver deposed before completing releases its riders (they add alone)
-    async def main() -> None:
-        release = asyncio.Event()
-        markers: list[int] = []
-        svc, part, proposals = make_service(release, markers)
-        task = svc._ensure_driver(part, PLAN)
-        key = ("job-1", 7, 3, 1)
-        ride = svc._riders.join(key, (7, 4), (TP,))
-        assert ride is not None, "riders may join as soon as the driver exists"
-        await until(lambda: markers == [1])
-        release.set()
-        await asyncio.wait_for(task, 5)
-        [(command, fields)] = proposals
-        assert command is CompleteTxn
-        assert (fields["next_producer_id"], fields["next_producer_epoch"], fields["next_partitions"]) == (7, 4, (TP,))
-        assert ride.done() and ride.result() is None  # the fake's result carries no rider outcome
-
-        release.clear()
-        deposed = svc._ensure_driver(part, PLAN)
-        ride = svc._riders.join(key, (7, 4), (TP,))
-        assert ride is not None
-        await until(lambda: len(markers) == 2)
-        part.group.leader = False  # deposed while the marker is pending
-        release.set()
-        await asyncio.wait_for(deposed, 5)
-        assert len(proposals) == 1 and ride.result() is None
 
     asyncio.run(main())

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from cluster.txn_adds import AddsInFlight, CompletionRiders, PartitionHints, starts_transaction
+from cluster.txn_adds import AddsInFlight, PartitionHints, starts_transaction
 from coordinator.group_metadata import OFFSETS_TOPIC
 from coordinator.metadata import TopicPartition, TransactionMetadata
-from coordinator.results import AddPartitionsResult
 from coordinator.states import TransactionState as S
 
 A, B, C = (TopicPartition("t", p) for p in range(3))
@@ -92,48 +91,5 @@ def test_a_verification_joins_an_add_under_way_that_covers_its_partition() -> No
         adds.end(ident, second)
         assert len(adds) == 0
         adds.end(ident, second)  # ending twice is harmless
-
-    asyncio.run(run())
-
-
-def test_riders_are_taken_together_and_get_the_completion_outcome() -> None:
-    async def run() -> None:
-        riders = CompletionRiders()
-        key = ("tid", 7, 4, 2)
-        assert riders.join(key, (7, 4), (A,)) is None, "no driver: nothing to ride on"
-        riders.open(key)
-        first = riders.join(key, (7, 4), (A, B))
-        second = riders.join(key, (7, 4), (C,))
-        assert first is not None and second is not None
-        assert riders.join(key, (7, 5), (A,)) is None, "riders of one completion share one identity"
-        assert riders.take(key) == ((7, 4), (A, B, C))
-        assert riders.join(key, (7, 4), (A,)) is None, "taken: the CompleteTxn is on its way"
-        assert not riders.leave(key, first), "a taken rider waits for its outcome"
-        outcome = AddPartitionsResult("tid", 7, 4, (A, B, C))
-        riders.resolve(key, outcome)
-        assert first.result() is outcome and second.result() is outcome
-        assert len(riders) == 0
-
-    asyncio.run(run())
-
-
-def test_a_rider_may_leave_before_it_is_taken_and_a_driver_that_ends_releases_everyone() -> None:
-    async def run() -> None:
-        riders = CompletionRiders()
-        key = ("tid", 7, 4, 2)
-        riders.open(key)
-        early = riders.join(key, (7, 4), (A,))
-        stays = riders.join(key, (7, 4), (B,))
-        assert early is not None and stays is not None
-        assert riders.leave(key, early)
-        assert riders.take(key) == ((7, 4), (B,))
-        riders.close(key)  # the driver ended (deposed, fenced) before its CompleteTxn answered
-        assert stays.result() is None, "None: add on your own"
-        riders.open(key)
-        idle = riders.join(key, (7, 4), (C,))
-        assert idle is not None
-        riders.close(key)
-        assert idle.result() is None and len(riders) == 0
-        assert riders.take(key) == (None, ())
 
     asyncio.run(run())
