@@ -92,6 +92,7 @@ async def _send_window(
     *,
     transactional: bool,
     nodes_cpu: Callable[[], float] = lambda: 0.0,
+    flush_only: bool = False,
 ) -> dict[str, Any]:
     """One window of ``opts.window`` s of full-speed sends; records/s acknowledged after ``opts.window_warmup`` s.
 
@@ -115,12 +116,16 @@ async def _send_window(
         now = time.monotonic()
         if a0 < 0 and now >= t_w:
             a0, c0, n0, t_w = p.metrics()["records_acked"], self_cpu(), nodes_cpu(), now
-        if transactional and now >= next_commit:
-            await p.commit_transaction()
+        if (transactional or flush_only) and now >= next_commit:
+            if transactional:
+                await p.commit_transaction()
+            else:
+                await p.flush()  # what a commit does first, without the transaction
             done = time.monotonic()
             if a0 >= 0:
                 commits.append((done - now) * 1000)
-            p.begin_transaction()
+            if transactional:
+                p.begin_transaction()
             now, next_commit = done, done + interval
     a1, c1, n1 = p.metrics()["records_acked"], self_cpu(), nodes_cpu()
     wall = now - t_w
@@ -145,14 +150,17 @@ async def produce_comparison(
     totals over every window. A second idempotent producer (the A/A control,
     ``--no-aa-control`` drops it) is compared with the first the same way:
     the ratio an overhead of 0 would show on this machine (the noise floor).
+    A third idempotent producer flushes every ``commit_interval_ms`` (``flush_only``): the part of the
+    overhead that a commit's flush costs by itself, transaction or not.
     Both ratios come with a 95 % bootstrap interval over the rounds.
     ``nodes_cpu_us_per_record`` is the node processes' CPU per acknowledged
     record: the broker's own cost of a transactional record, steadier than
     throughput on a shared machine.
     """
     value = os.urandom(opts.record_size)
-    modes = ["idempotent", "transactional"] + (["control"] if opts.aa_control else [])
-    topic = {"idempotent": "bench-idempotent", "transactional": "bench-transactional", "control": "bench-control"}
+    modes = ["idempotent", "transactional"] + (["control"] if opts.aa_control else []) + ["flushing"]
+    topic = {"idempotent": "bench-idempotent", "transactional": "bench-transactional", "control": "bench-control",
+             "flushing": "bench-flushing"}  # fmt: skip
     kw: dict[str, Any] = {"linger_ms": opts.linger_ms, "buffer_memory": opts.buffer_memory}
     windows: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     async with contextlib.AsyncExitStack() as stack:
@@ -167,7 +175,13 @@ async def produce_comparison(
             for m in modes if r % 2 == 0 else modes[::-1]:
                 windows[m].append(
                     await _send_window(
-                        prods[m], topic[m], value, opts, transactional=m == "transactional", nodes_cpu=nodes_cpu
+                        prods[m],
+                        topic[m],
+                        value,
+                        opts,
+                        transactional=m == "transactional",
+                        nodes_cpu=nodes_cpu,
+                        flush_only=m == "flushing",
                     )
                 )
         await prods["transactional"].commit_transaction()
@@ -236,6 +250,17 @@ async def produce_comparison(
                    "linger_ms": opts.linger_ms, "partitions": opts.partitions, "windows": opts.produce_windows,
                    "window_s": opts.window, "window_warmup_s": opts.window_warmup},
     }  # fmt: skip
+    # The flush every commit does, without the transaction: an idempotent producer that flushes every
+    # commit interval. What it loses is the share of the overhead a commit's flush causes by itself
+    # (the pipeline drains; each partition's last batch goes out part-full).
+    flushing = rate(windows["flushing"]) / rate(windows["idempotent"])
+    out["flush_only"] = {
+        "ratio_of_totals": round(flushing, 3),
+        "ratio_95pct_interval": interval("flushing"),
+        "cpu_ratio": round(cpu_ratio(windows["flushing"], windows["idempotent"]), 3),
+        "cpu_ratio_95pct_interval": interval("flushing", cpu_ratio),
+        "transactional_vs_flushing": round(rate(windows["transactional"]) / rate(windows["flushing"]), 3),
+    }
     if opts.aa_control:
         control = rate(windows["control"]) / rate(windows["idempotent"])
         out["aa_control"] = {
@@ -668,7 +693,7 @@ def run_txn_bench(opts: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="txbroker-bench-txn-") as tmp, BenchCluster(Path(tmp)) as cluster:
         cluster.start()
         urls = [c.url for c in cluster.configs]
-        topics = ("bench-idempotent", "bench-transactional", "bench-control", "bench-aborted-10pct",
+        topics = ("bench-idempotent", "bench-transactional", "bench-control", "bench-flushing", "bench-aborted-10pct",
                   "bench-visible", "bench-cycle", "bench-chain")  # fmt: skip
         for t in topics:
             cluster.create_topic(t, opts.partitions)
