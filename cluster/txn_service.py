@@ -962,10 +962,10 @@ class TransactionService:
         out = []
         for tp in tps:
             try:
-                self._checked_partitions([tp])
                 meta = self.broker.topic(tp.topic)
             except BrokerError:
-                continue
+                continue  # the topic is gone
+            # A partition beyond the topic's count has no replica anywhere, hence no leader.
             if self.broker.partition_state(meta, tp.partition).get("leader") is not None:
                 out.append(tp)
         return out
