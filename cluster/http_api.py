@@ -8,6 +8,7 @@ wrong methods answer with a JSON ``error_code`` too.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
 import json
@@ -49,6 +50,15 @@ from .txn_http import TxnRoutes
 
 _FORWARD_TIMEOUT_S = 35.0  # an internal call: longer than any wait a node does before answering one
 _MAX_INTERNAL_ANSWER = 16 * 1024 * 1024
+RETRY_BACKOFF_S = 0.1  # retry.backoff.ms: how often the convenience produce looks for a new leader
+
+
+def _unwritten_for_want_of_a_leader(res: PartitionProduceResult) -> bool:
+    """The partition answered "not the leader" before proposing anything (the answer names the
+    leader it knows, possibly none): writing again cannot duplicate the records."""
+    err = res.error
+    return err is not None and err.error_code is ErrorCode.NOT_LEADER_OR_FOLLOWER and "leader_id" in err.extra
+
 
 log = logging.getLogger(__name__)
 
@@ -332,6 +342,7 @@ class Api:
         items = parsing.get_list(body, "records", max_len=parsing.MAX_RECORDS_PER_BATCH)
         if not items:
             raise BrokerError(ErrorCode.INVALID_REQUEST, "records must not be empty")
+        timeout_ms = parsing.get_int(body, "timeout_ms", default=30_000, lo=1, hi=parsing.INT32_MAX)
         n = len(meta.partitions)
         by_partition: dict[int, list[tuple[int, Record]]] = {}
         sticky = next(self._rr) % n
@@ -355,8 +366,7 @@ class Api:
                 code = ErrorCode.RECORD_TOO_LARGE if len(recs) == 1 else ErrorCode.MESSAGE_TOO_LARGE
                 raise BrokerError(code, f"{len(batch)} bytes for partition {part} exceed max.message.bytes={max_bytes}")
             parts.append(ProducePartition(topic, part, batch))
-        results = await self.broker.produce(ProduceRequest(tuple(parts)))
-        results = await self._forward_not_leader(request, results, parts)
+        results = await self._produce_routed(request, parts, timeout_ms)
         offsets: list[dict[str, Any]] = [{} for _ in items]
         for res in results:
             for k, (i, _rec) in enumerate(by_partition[res.partition]):
@@ -370,6 +380,35 @@ class Api:
         body_out = json.loads(resp.body)  # type: ignore[arg-type]
         body_out["offsets"] = offsets
         return web.json_response(body_out, status=resp.status)
+
+    async def _produce_routed(
+        self, request: web.Request, parts: list[ProducePartition], timeout_ms: int
+    ) -> list[PartitionProduceResult]:
+        """Write each partition on its leader, here or forwarded, like a producer with retries would.
+
+        A partition whose leader is not known yet (an election under way, or this node not yet told
+        of a new leader) is tried again every ``retry.backoff.ms`` until the request's timeout. Only
+        answers that prove nothing was written are retried, so a plain write is never duplicated.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(timeout_ms, self.broker.config.request_timeout_ms) / 1000
+        results = await self._produce_once(request, parts, timeout_ms)
+        while not request.headers.get(FORWARDED_HEADER):
+            pending = [i for i, res in enumerate(results) if _unwritten_for_want_of_a_leader(res)]
+            if not pending or loop.time() + RETRY_BACKOFF_S >= deadline:
+                break
+            await asyncio.sleep(RETRY_BACKOFF_S)
+            left_ms = max(1, int((deadline - loop.time()) * 1000))
+            again = await self._produce_once(request, [parts[i] for i in pending], left_ms)
+            for i, res in zip(pending, again, strict=True):
+                results[i] = res
+        return results
+
+    async def _produce_once(
+        self, request: web.Request, parts: list[ProducePartition], timeout_ms: int
+    ) -> list[PartitionProduceResult]:
+        results = await self.broker.produce(ProduceRequest(tuple(parts), timeout_ms=timeout_ms))
+        return await self._forward_not_leader(request, results, parts)
 
     async def _forward_not_leader(
         self, request: web.Request, results: list[PartitionProduceResult], parts: list[ProducePartition]
@@ -392,14 +431,20 @@ class Api:
                     data = (await resp.json())["partitions"][0]
                 err = None
                 if data.get("error_code", "NONE") != "NONE":
-                    err = BrokerError(ErrorCode.from_name(data["error_code"]), data.get("message") or "")
+                    extra = {k: data[k] for k in ("leader_id", "leader_url") if k in data}
+                    err = BrokerError(ErrorCode.from_name(data["error_code"]), data.get("message") or "", **extra)
                 out.append(
                     PartitionProduceResult(
                         part.topic, part.partition, int(data["base_offset"]), int(data["log_append_time"]), err
                     )
                 )
-            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, IndexError):
-                out.append(res)
+            except aiohttp.ClientConnectorError:
+                out.append(res)  # the request never left: nothing was written, the caller may retry
+            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, IndexError) as exc:
+                err = BrokerError(
+                    ErrorCode.NETWORK_EXCEPTION, f"forward to the leader failed ({exc!r}); it may be written"
+                )
+                out.append(PartitionProduceResult(part.topic, part.partition, -1, -1, err))
         return out
 
     # ---- fetch ----------------------------------------------------------------------------

@@ -186,6 +186,11 @@ def _base_document() -> dict[str, Any]:
                                     {
                                         "records": {"type": "array", "items": _RECORD_IN},
                                         "format": {"enum": ["base64", "string"]},
+                                        "timeout_ms": {
+                                            **_INT,
+                                            "description": "how long to wait for a leader and the commit "
+                                            "(capped by request_timeout_ms; default 30000)",
+                                        },
                                     },
                                     ["records"],
                                 )

@@ -9,6 +9,7 @@ and KIP-360 (epoch bump after an unresolved sequence) promise.
 from __future__ import annotations
 
 import asyncio
+import base64
 import signal
 import threading
 import time
@@ -199,3 +200,51 @@ def test_broker_paused_past_delivery_timeout_fails_futures_then_continues_withou
     acked = {v: f.result() for v, f in futures if f.exception() is None}
     counts = check_partitions(c, "pause", 2, sent, acked)
     assert sum(counts.values()) >= 2000
+
+
+# ---- the convenience endpoint without a leader ------------------------------------------------
+
+
+def test_convenience_produce_waits_for_a_leader_instead_of_failing(make_cluster):
+    # Given a 3-node cluster where nodes 2 and 3 are SIGSTOPped, so node 1 knows no leader of "nl-0"
+    # (a leader without a quorum steps down after leader_fallback_s)
+    c = make_cluster()
+    c.create_topic("nl", partitions=1)
+    url = c.url(1) + "/v1/topics/nl/records"
+
+    def body(tag: str, timeout_ms: int | None = None) -> dict:
+        recs = [{"value": base64.b64encode(f"{tag}-{i}".encode()).decode(), "partition": 0} for i in range(5)]
+        return {"records": recs} if timeout_ms is None else {"records": recs, "timeout_ms": timeout_ms}
+
+    c.signal(2, signal.SIGSTOP)
+    c.signal(3, signal.SIGSTOP)
+    try:
+        wait_for(lambda: c.partition_meta("nl", 0, 1)["leader"] is None, 30, "node 1 knows no leader of nl-0")
+        # When a plain write arrives with a 1.5 s timeout, it is not refused at once: the node looks
+        # for a leader until the timeout and then answers the retriable NOT_LEADER_OR_FOLLOWER
+        started = time.monotonic()
+        status, res = http("POST", url, body("early", 1500), timeout=30)
+        waited = time.monotonic() - started
+        assert status == 421 and res["error_code"] == "NOT_LEADER_OR_FOLLOWER" and res["retriable"], (status, res)
+        assert waited >= 1.4, f"answered after {waited:.2f}s: the endpoint did not wait for a leader"
+        # And a write with the default timeout, sent while still leaderless, lands once the nodes wake
+        answer: Future = Future()
+
+        def post_late() -> None:
+            try:
+                answer.set_result(http("POST", url, body("late"), timeout=60))
+            except BaseException as exc:  # handed to the test thread
+                answer.set_exception(exc)
+
+        sender = threading.Thread(target=post_late)
+        sender.start()
+    finally:
+        c.signal(2, signal.SIGCONT)
+        c.signal(3, signal.SIGCONT)
+    status, res = answer.result(timeout=60)
+    sender.join(10)
+    assert status == 200, res
+    assert [o["offset"] for o in res["offsets"]] == [0, 1, 2, 3, 4]
+    # Then the log holds the late records exactly once and nothing of the refused write
+    log = read_log(c, "nl", 0, at_least=5)
+    assert [v for _o, v in log] == [f"late-{i}".encode() for i in range(5)]
