@@ -42,8 +42,11 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from raft import traffic
+from raft.traffic import Traffic
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus-client is partly untyped
 
@@ -216,12 +219,13 @@ class NodeCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         specs = [*NODE_GAUGES.values(), *TXN_GAUGES.values(), *GROUP_GAUGES.values(), COORDINATOR_GAUGE]
-        return [s.family() for s in specs]
+        return [*(s.family() for s in specs), *_raft_traffic_families(Traffic())]
 
     def collect(self) -> Iterator[Metric]:
         threads = NODE_GAUGES["python_threads"].family()
         threads.add_metric([], threading.active_count())
         yield threads
+        yield from _raft_traffic_families(traffic.totals())
         if self.node is not None:
             yield from _node_families(self.node())
         coord = COORDINATOR_GAUGE.family()
@@ -247,6 +251,27 @@ class NodeCollector(Collector):
             yield from fams.values()
         if self.transactions is not None or self.groups is not None:
             yield coord
+
+
+RAFT_TRAFFIC = {
+    "raft_messages_sent": "Raft frames this node sent to its peers, all groups (AppendEntries, acks, votes)",
+    "raft_message_bytes_sent": "Bytes of the Raft frames this node sent (sealed, as on the wire)",
+    "raft_messages_received": "Authenticated Raft frames this node received from its peers, all groups",
+    "raft_message_bytes_received": "Bytes of the authenticated Raft frames this node received (opened)",
+}
+
+
+def _raft_traffic_families(t: Traffic) -> Iterator[Metric]:
+    values = {
+        "raft_messages_sent": t.frames_sent,
+        "raft_message_bytes_sent": t.bytes_sent,
+        "raft_messages_received": t.frames_received,
+        "raft_message_bytes_received": t.bytes_received,
+    }
+    for name, doc in RAFT_TRAFFIC.items():
+        fam = CounterMetricFamily(f"{PREFIX}_{name}", doc)
+        fam.add_metric([], values[name])
+        yield fam
 
 
 def _node_families(s: NodeSample) -> Iterator[Metric]:

@@ -44,6 +44,7 @@ from pysyncobj.monotonic import monotonic as monotonic_time
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import CONNECTION_STATE, _getAddrType, set_keepalive
 
+from raft import traffic
 from raft.frame_crypto import NONCE_BYTES, FrameAuthError, FrameCipher, new_nonce
 
 logger = logging.getLogger(__name__)
@@ -316,6 +317,7 @@ class FrameConnection:
         if self._phase is Phase.CLOSED or self._cipher is None:
             return
         data = self._cipher.seal(plaintext)
+        traffic.count_sent(len(data))
         if self._wpos == len(self._wbuf) and self._sock is not None and not self._timed_out():
             # Nothing queued: write straight from the frame; if the socket takes only part of it,
             # the frame itself (a fresh bytearray) becomes the write buffer.
@@ -486,6 +488,7 @@ class FrameConnection:
         except FrameAuthError as e:
             self._reject(str(e))
             return _NOTHING
+        traffic.count_received(len(plain))
         if self._phase is Phase.AWAIT_ACCEPT:
             if plain != ACCEPT_MESSAGE:
                 self._reject("unexpected handshake frame")

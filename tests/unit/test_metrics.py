@@ -146,6 +146,6 @@ def test_docs_describe_every_metric() -> None:
     doc = (REPO / "docs" / "metrics.md").read_text()
     m = NodeMetrics()
     families = {f.name + ("_total" if f.type == "counter" else "") for f in m.registry.collect()}
-    families |= {f.name for f in m._collector.describe()}
+    families |= {f.name + ("_total" if f.type == "counter" else "") for f in m._collector.describe()}
     undocumented = sorted(n for n in families if f"`{n}`" not in doc)
     assert not undocumented, f"docs/metrics.md does not describe {undocumented}"
