@@ -201,6 +201,17 @@ class BenchCluster:
 
     # ---- API ------------------------------------------------------------------------
 
+    def leader_changes(self) -> int:
+        """Partition leadership changes the live nodes observed so far (one change counts once per node)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        total = 0.0
+        for url in self.live_urls():
+            with contextlib.suppress(OSError), urllib.request.urlopen(url + "/metrics", timeout=5) as r:
+                for fam in text_string_to_metric_families(r.read().decode()):
+                    total += sum(s.value for s in fam.samples if s.name == "txbroker_raft_leader_changes_total")
+        return int(total)
+
     def leaders(self, topic: str) -> dict[int, str | None]:
         """partition -> leader URL, from the first live node that answers."""
         for url in self.live_urls():

@@ -721,10 +721,16 @@ def run_txn_bench(opts: argparse.Namespace) -> dict[str, Any]:
             "failover": lambda: coordinator_failover(cluster, opts),
         }
         for name in opts.only:
+            changes = cluster.leader_changes()
             try:
                 report[name] = parts[name]()
             except (BrokerError, RuntimeError, AssertionError, TimeoutError) as exc:
                 report[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            # A leadership move during a part stalls its windows for about a second; a report that
+            # shows one tells a disturbed run from a slow one. (The failover part kills and restarts
+            # nodes on purpose, which also resets their counters.)
+            if name != "failover":
+                report[name]["leader_changes_seen_by_nodes"] = cluster.leader_changes() - changes
     return report
 
 
