@@ -203,14 +203,10 @@ class BenchCluster:
 
     def leader_changes(self) -> int:
         """Partition leadership changes the live nodes observed so far (one change counts once per node)."""
-        from prometheus_client.parser import text_string_to_metric_families
+        from cluster.health import scrape
 
-        total = 0.0
-        for url in self.live_urls():
-            with contextlib.suppress(OSError), urllib.request.urlopen(url + "/metrics", timeout=5) as r:
-                for fam in text_string_to_metric_families(r.read().decode()):
-                    total += sum(s.value for s in fam.samples if s.name == "txbroker_raft_leader_changes_total")
-        return int(total)
+        scrapes = [scrape(url, timeout=5) or {} for url in self.live_urls()]
+        return int(sum(v for s in scrapes for _lv, v in s.get("txbroker_raft_leader_changes_total", [])))
 
     def leaders(self, topic: str) -> dict[int, str | None]:
         """partition -> leader URL, from the first live node that answers."""
