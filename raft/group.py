@@ -24,6 +24,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import Any
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
@@ -31,6 +32,7 @@ from pysyncobj.config import FAIL_REASON
 
 from raft import pysyncobj_patches as patches
 from raft import snapshot
+from raft.compaction import Compaction
 from raft.errors import (
     NotLeaderError,
     QueueFullError,
@@ -52,6 +54,7 @@ logger = logging.getLogger(__name__)
 _FAIL_NAMES = {v: k for k, v in vars(FAIL_REASON).items() if not k.startswith("_") and isinstance(v, int)}
 _STATE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
 EXIT_CORRUPT_SNAPSHOT = 70
+_COMPACTION_WAIT_S = 30.0
 
 
 def _fatal_corrupt_snapshot(group_id: str, path: str, exc: BaseException) -> None:
@@ -114,6 +117,7 @@ class RaftGroup:
         on_event: Callable[[LeadershipEvent], None] | None,
         on_rejected: Callable[[str], None],
         lazy_commit_notify: bool = False,
+        compaction_executor: Executor | None = None,
     ) -> None:
         self.group_id = group_id
         # Followers learn a new commit index from the next heartbeat when nothing else is in flight
@@ -125,6 +129,8 @@ class RaftGroup:
         self._sm = sm
         self._durable = sm if isinstance(sm, DurableStateMachine) else None
         self._full: FullSnapshotBuilder | None = None
+        # Log compaction; a store-backed group's runs on ``compaction_executor`` (None: on the ticker).
+        self._compaction = Compaction(group_id, compaction_executor)
         self._settings = settings
         self._loop = loop
         self._shard = shard
@@ -160,6 +166,7 @@ class RaftGroup:
             fullDumpFile=os.path.join(self.data_dir, "raft.dump"),
             serializer=self._serialize,
             deserializer=self._deserialize,
+            serializeChecker=self._compaction.check,
             maxBindRetries=1,
             dynamicMembershipChange=False,
             sendBufferSize=1 << 20,
@@ -195,6 +202,7 @@ class RaftGroup:
         so.destroy()  # manual-tick mode: synchronous (transport closed, journal flushed+closed)
         patches.close_pipe_notifier(so)
         patches.close_serializer_files(so)
+        self._compaction.wait(_COMPACTION_WAIT_S)
         if self._full is not None:
             self._full.close()
         self._emit(force=(False, None, self.term()))
@@ -246,15 +254,17 @@ class RaftGroup:
             logger.exception("group %r: StateMachine.apply failed at index %d", self.group_id, index)
             return RaftApplyError(self.group_id, index, f"{type(e).__name__}: {e}")
 
-    def _serialize(self, tmp_path: str, raft_data: Any) -> None:
+    def _serialize(self, dump_path: str, raft_data: Any) -> None:
+        # PySyncObj's serializer hook (with ``pysyncobj_patches``): start writing the dump; ``Compaction.check``
+        # tells PySyncObj when it is in place.
         if self._durable is not None:
-            # The state is in the store: make it crash-proof, then record only where it stands.
-            self._durable.make_durable()
-            snapshot.write_snapshot(tmp_path, raft_data, self._sm.last_applied, None)
+            # The state is in the store: make it crash-proof, then record only where it stands (off the ticker).
+            self._compaction.start(dump_path, raft_data, self._sm.last_applied, self._durable.make_durable, None)
         else:
-            snapshot.write_snapshot(tmp_path, raft_data, self._sm.last_applied, self._sm.write_snapshot)
+            self._compaction.start(dump_path, raft_data, self._sm.last_applied, None, self._sm.write_snapshot)
 
     def _deserialize(self, path: str) -> Any:
+        self._compaction.invalidate()
         try:
             reader = snapshot.SnapshotReader(path)
             if reader.light:

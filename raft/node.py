@@ -23,6 +23,7 @@ import socket
 import threading
 import zlib
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
 
 from raft import pysyncobj_patches as patches
@@ -73,6 +74,8 @@ class RaftNode:
         self._lock = threading.Lock()
         self._groups: dict[str, RaftGroup] = {}
         self._shards: list[TickerShard] = []
+        # Store-backed groups' log compactions (an fsync each) run here, never on a ticker (``raft.compaction``).
+        self._compaction_pool: ThreadPoolExecutor | None = None
         self._listener: Listener | None = None
         self._started = False
         self._stopped = False
@@ -89,6 +92,7 @@ class RaftNode:
         except OSError as e:
             raise RaftError(f"cannot bind raft port {self._bind[0]}:{self._bind[1]}: {e}") from e
         self._shards = [TickerShard(i, self.settings.tick_interval_s) for i in range(self.settings.tick_threads)]
+        self._compaction_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raft-compaction")
         for shard in self._shards:
             shard.start()
         self._listener.start()
@@ -116,6 +120,8 @@ class RaftNode:
                         logger.exception("failed to destroy group %r", g.group_id)
 
             shard.stop(finalize)
+        if self._compaction_pool is not None:
+            self._compaction_pool.shutdown(wait=True)
 
     # --- groups ---------------------------------------------------------------
 
@@ -159,6 +165,7 @@ class RaftNode:
                 on_event=on_event,
                 on_rejected=self._rejected,
                 lazy_commit_notify=lazy_commit_notify,
+                compaction_executor=self._compaction_pool,
             )
             self._groups[group_id] = group
 

@@ -28,6 +28,11 @@ Patches (``apply()``, idempotent, run before any SyncObj is built):
   file instead of silently forgetting the persisted term and vote.
 * ``Serializer`` closes the snapshot files it streams to followers (it
   leaked one file handle per snapshot transfer).
+* ``Serializer.serialize``, when a ``serializeChecker`` is configured, hands
+  the dump's final path to the serializer and leaves writing *and* renaming it
+  to the group (``raft.compaction``): the serializer may finish on another
+  thread, and the checker renames the dump on the ticker thread. Stock
+  PySyncObj renamed the temporary file as soon as the serializer returned.
 * ``CoalescedAppendEntries`` (a SyncObj mixin): in non-batch mode PySyncObj
   sends one AppendEntries per command it takes off the submit queue; the
   mixin sends once after the queue is drained, so a burst of N queued
@@ -247,6 +252,22 @@ def _get_transmission_data(self: Any, transmission_id: Any) -> Any:
     return result
 
 
+_original_serialize = _psc_serializer.Serializer.serialize
+_DEFERRED_PID = -3  # busy (not 0) until the checker reports SUCCESS or FAILED, which resets it to 0
+
+
+def _serialize(self: Any, data: Any, serialize_id: Any) -> None:
+    serializer = self._Serializer__serializer
+    if self._Serializer__serializeChecker is None or serializer is None or self._Serializer__fileName is None:
+        _original_serialize(self, data, serialize_id)
+        return
+    if self._Serializer__pid != 0:
+        return
+    self._Serializer__currentID = serialize_id
+    self._Serializer__pid = _DEFERRED_PID
+    serializer(self._Serializer__fileName, data[1:])
+
+
 def _cancel_transmission(self: Any, transmission_id: Any) -> None:
     transmission = self._Serializer__transmissions.pop(transmission_id, None)
     if transmission is not None:
@@ -364,6 +385,7 @@ def apply() -> None:
         _psc_journal.MetaStorer.getMeta = _get_meta
         _psc_serializer.Serializer.getTransmissionData = _get_transmission_data
         _psc_serializer.Serializer.cancelTransmisstion = _cancel_transmission
+        _psc_serializer.Serializer.serialize = _serialize
         logging.getLogger(_psc_syncobj.__name__).addFilter(_TruncationFilter())
         _applied = True
 
@@ -493,6 +515,11 @@ def audit() -> None:
     names = _original_get_transmission.__code__.co_names
     if "_Serializer__transmissions" not in names:
         problems.append("Serializer no longer keeps __transmissions")
+    wanted_ser = {"_Serializer__pid", "_Serializer__currentID", "_Serializer__serializer", "_Serializer__fileName"}
+    if not wanted_ser <= set(_original_serialize.__code__.co_names):
+        problems.append("Serializer.serialize internals changed")
+    if "_Serializer__serializeChecker" not in ser.checkSerializing.__code__.co_names:
+        problems.append("Serializer.checkSerializing no longer consults the serializeChecker")
     if not {"_FileJournal__meta", "_FileJournal__metaSaved"} <= set(_original_set_commit.__code__.co_names):
         problems.append("FileJournal no longer keeps __meta / __metaSaved")
     if not hasattr(pn.PipeNotifier, "_PipeNotifier__onNewNotification"):

@@ -36,6 +36,15 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# One step of a shard's loop that takes this long held up every group of the shard (heartbeats included).
+SLOW_STEP_S = 0.5
+
+
+def _warn_if_slow(started: float, what: str, arg: object) -> None:
+    took = time.monotonic() - started
+    if took >= SLOW_STEP_S:
+        logger.warning("raft ticker: %s took %.2f s; every group of this ticker waited", what % (arg,), took)
+
 
 class Tickable(Protocol):
     group_id: str
@@ -94,10 +103,12 @@ class _SafePoller(PollPoller):  # type: ignore[misc]  # PySyncObj is untyped
             cb = callbacks.get(descr)
             if cb is None:
                 continue  # unsubscribed earlier in this batch
+            started = time.monotonic()
             try:
                 cb(descr, mask)
             except Exception:
                 logger.exception("raft poll callback failed (fd %d)", descr)
+            _warn_if_slow(started, "handling a raft socket event (fd %d)", descr)
 
 
 class TickerShard:
@@ -256,10 +267,12 @@ class TickerShard:
                 targets = [g for gid in self.dirty if (g := self.groups.get(gid)) is not None]
             self.dirty.clear()
             for group in targets:
+                started = time.monotonic()
                 try:
                     group.tick()
                 except Exception:
                     logger.exception("raft tick failed for group %r", group.group_id)
+                _warn_if_slow(started, "ticking group %r", group.group_id)
             self.ticks += 1
             self._flush_outbox()
             wake_at = min(next_full, self._timers[0][0]) if self._timers else next_full
