@@ -45,7 +45,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from raft import traffic
+from raft import ticker, traffic
 from raft.traffic import Traffic
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus-client is partly untyped
@@ -219,13 +219,13 @@ class NodeCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         specs = [*NODE_GAUGES.values(), *TXN_GAUGES.values(), *GROUP_GAUGES.values(), COORDINATOR_GAUGE]
-        return [*(s.family() for s in specs), *_raft_traffic_families(Traffic())]
+        return [*(s.family() for s in specs), *_raft_traffic_families(Traffic(), 0)]
 
     def collect(self) -> Iterator[Metric]:
         threads = NODE_GAUGES["python_threads"].family()
         threads.add_metric([], threading.active_count())
         yield threads
-        yield from _raft_traffic_families(traffic.totals())
+        yield from _raft_traffic_families(traffic.totals(), ticker.slow_steps())
         if self.node is not None:
             yield from _node_families(self.node())
         coord = COORDINATOR_GAUGE.family()
@@ -258,15 +258,17 @@ RAFT_TRAFFIC = {
     "raft_message_bytes_sent": "Bytes of the Raft frames this node sent (sealed, as on the wire)",
     "raft_messages_received": "Authenticated Raft frames this node received from its peers, all groups",
     "raft_message_bytes_received": "Bytes of the authenticated Raft frames this node received (opened)",
+    "raft_ticker_stalls": "Raft ticker steps that took 0.5 s or more; each held up every Raft group of its ticker",
 }
 
 
-def _raft_traffic_families(t: Traffic) -> Iterator[Metric]:
+def _raft_traffic_families(t: Traffic, stalls: int) -> Iterator[Metric]:
     values = {
         "raft_messages_sent": t.frames_sent,
         "raft_message_bytes_sent": t.bytes_sent,
         "raft_messages_received": t.frames_received,
         "raft_message_bytes_received": t.bytes_received,
+        "raft_ticker_stalls": stalls,
     }
     for name, doc in RAFT_TRAFFIC.items():
         fam = CounterMetricFamily(f"{PREFIX}_{name}", doc)

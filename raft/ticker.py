@@ -38,11 +38,21 @@ T = TypeVar("T")
 
 # One step of a shard's loop that takes this long held up every group of the shard (heartbeats included).
 SLOW_STEP_S = 0.5
+_slow_steps = 0
+_slow_steps_lock = threading.Lock()
+
+
+def slow_steps() -> int:
+    """How many ticker steps of this process took ``SLOW_STEP_S`` or more (``txbroker_raft_ticker_stalls_total``)."""
+    return _slow_steps
 
 
 def _warn_if_slow(started: float, what: str, arg: object) -> None:
+    global _slow_steps
     took = time.monotonic() - started
     if took >= SLOW_STEP_S:
+        with _slow_steps_lock:
+            _slow_steps += 1
         logger.warning("raft ticker: %s took %.2f s; every group of this ticker waited", what % (arg,), took)
 
 

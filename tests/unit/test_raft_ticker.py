@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from raft import ticker
 from raft.ticker import TickerShard
 
 
@@ -70,3 +72,39 @@ def test_notifications_from_other_threads_write_one_wake_up_per_drain(shard: Tic
     assert shard.dirty == {"a", "b"}
     shard.notify("c")  # after a drain, the next notification wakes the shard again
     assert os.read(shard._wake_r, 100) == b"w"
+
+
+class _SlowGroup:
+    group_id = "slow-g"
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.ticks = 0
+
+    def tick(self) -> None:
+        self.ticks += 1
+        time.sleep(self.seconds)
+
+
+def test_a_slow_tick_is_counted_and_logged_with_its_group(caplog: pytest.LogCaptureFixture) -> None:
+    shard = TickerShard(0, 0.05)
+    slow, quick = _SlowGroup(ticker.SLOW_STEP_S + 0.05), _SlowGroup(0.0)
+    before = ticker.slow_steps()
+    shard.start()
+    try:
+        shard.call(lambda: shard.groups.update({"slow-g": slow})).result(5)
+        deadline = time.monotonic() + 10
+        while slow.ticks < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        shard.call(lambda: shard.groups.pop("slow-g")).result(5)
+        assert ticker.slow_steps() >= before + 1
+        assert any("'slow-g'" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+        counted = ticker.slow_steps()
+        quick.group_id = "quick-g"
+        shard.call(lambda: shard.groups.update({"quick-g": quick})).result(5)
+        while quick.ticks < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert quick.ticks >= 3
+        assert ticker.slow_steps() == counted  # quick ticks are not stalls
+    finally:
+        shard.stop(lambda: None)
