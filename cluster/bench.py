@@ -203,10 +203,17 @@ class BenchCluster:
 
     def leader_changes(self) -> int:
         """Partition leadership changes the live nodes observed so far (one change counts once per node)."""
+        return self._counter_sum("txbroker_raft_leader_changes_total")
+
+    def ticker_stalls(self) -> int:
+        """Raft ticker steps of 0.5 s or more on the live nodes so far (``txbroker_raft_ticker_stalls_total``)."""
+        return self._counter_sum("txbroker_raft_ticker_stalls_total")
+
+    def _counter_sum(self, name: str) -> int:
         from cluster.health import scrape
 
         scrapes = [scrape(url, timeout=5) or {} for url in self.live_urls()]
-        return int(sum(v for s in scrapes for _lv, v in s.get("txbroker_raft_leader_changes_total", [])))
+        return int(sum(v for s in scrapes for _lv, v in s.get(name, [])))
 
     def leaders(self, topic: str) -> dict[int, str | None]:
         """partition -> leader URL, from the first live node that answers."""

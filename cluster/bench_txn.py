@@ -48,6 +48,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import struct
@@ -706,9 +707,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    choices=["produce", "consume", "latency", "cycle", "chain", "failover"])  # fmt: skip
 
 
+# What the produce part stores: one producer at a time at up to ~40 MB/s, 3 replicas, no retention (measured:
+# a 40-window run of 2.5 s windows took 46 GB).
+_PRODUCE_BYTES_PER_S = 3 * 40e6
+
+
+def _warn_if_disk_short(opts: argparse.Namespace) -> None:
+    if "produce" not in opts.only:
+        return
+    modes = 3 + bool(opts.aa_control)
+    need = opts.produce_windows * modes * opts.window * _PRODUCE_BYTES_PER_S
+    free = shutil.disk_usage(tempfile.gettempdir()).free
+    if free < 1.2 * need:
+        print(f"warning: the produce part may write {need / 1e9:.0f} GB; {tempfile.gettempdir()} has "
+              f"{free / 1e9:.0f} GB free (fewer --produce-windows, or TMPDIR elsewhere)", file=sys.stderr)  # fmt: skip
+
+
 def run_txn_bench(opts: argparse.Namespace) -> dict[str, Any]:
     """Every selected part on one fresh cluster; returns the report (errors per part, not raised)."""
     report: dict[str, Any] = {}
+    _warn_if_disk_short(opts)
     with tempfile.TemporaryDirectory(prefix="txbroker-bench-txn-") as tmp, BenchCluster(Path(tmp)) as cluster:
         cluster.start()
         urls = [c.url for c in cluster.configs]
@@ -728,7 +746,7 @@ def run_txn_bench(opts: argparse.Namespace) -> dict[str, Any]:
             "failover": lambda: coordinator_failover(cluster, opts),
         }
         for name in opts.only:
-            changes = cluster.leader_changes()
+            changes, stalls = cluster.leader_changes(), cluster.ticker_stalls()
             try:
                 report[name] = parts[name]()
             except (BrokerError, RuntimeError, AssertionError, TimeoutError) as exc:
@@ -738,6 +756,7 @@ def run_txn_bench(opts: argparse.Namespace) -> dict[str, Any]:
             # nodes on purpose, which also resets their counters.)
             if name != "failover":
                 report[name]["leader_changes_seen_by_nodes"] = cluster.leader_changes() - changes
+                report[name]["ticker_stalls_seen_by_nodes"] = cluster.ticker_stalls() - stalls
     return report
 
 
