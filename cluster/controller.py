@@ -146,7 +146,7 @@ class ControllerStateMachine:
     def _persist(self, view: ControllerView, index: int) -> None:
         wb = WriteBatch(raw_mode=True)
         wb.put(_STATE_KEY, self._encode(view, index))
-        self._store.db.write(wb)
+        self._store.write(wb)
         changed = view is not self.view
         self.view = view
         self._last_applied = index

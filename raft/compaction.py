@@ -4,11 +4,12 @@ PySyncObj compacts a group's Raft log every ``log_compaction_min_entries``
 entries: it asks the group for a dump, and once the dump is in place it drops
 the log entries the dump covers. For a store-backed group the dump is light
 (Raft metadata and the state index), but it is only true once the store is
-crash-proof up to that index, so it costs an fsync of RocksDB's write-ahead
-log and an fsync of the dump file.
+crash-proof up to that index, so it costs making the store durable (a flush
+of RocksDB's memtables: ``storage.store``) and an fsync of the dump file.
 
-Measured under full produce load on the 2-core bench machine: 0.1-0.9 s per
-compaction, every few seconds per node. Every replica compacts a group at the
+Measured under full produce load on the 2-core bench machine (when the store
+fsynced its write-ahead log here instead): 0.1-0.9 s per compaction, every few
+seconds per node. Every replica compacts a group at the
 same index, so at about the same moment. On the ticker thread that stalled
 every Raft group of all three nodes at once; a stall near the election timeout
 moved leaders.

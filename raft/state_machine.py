@@ -60,7 +60,11 @@ class DurableStateMachine(StateMachine, Protocol):
     """
 
     def make_durable(self) -> None:
-        """Make every applied entry survive a machine crash (e.g. fsync the store's write-ahead log)."""
+        """Make every applied entry survive a machine crash (e.g. flush the store's memtables).
+
+        Called on the node's compaction thread, never on the ticker, and never
+        concurrently with itself; ``apply`` may run meanwhile.
+        """
         ...
 
     def consistent_snapshot(self) -> tuple[int, Callable[[BinaryIO], None]]:

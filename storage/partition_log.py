@@ -398,7 +398,7 @@ class PartitionLog:
 
     def _record_index(self, index: int) -> None:
         meta = replace(self._meta, last_applied=index)
-        self._store.db.put(self._meta_key, encode_meta(meta))
+        self._store.put(self._meta_key, encode_meta(meta))
         self._meta = meta
 
     def _apply_append(self, index: int, cmd: AppendCommand) -> ApplyResult:
@@ -685,7 +685,7 @@ class PartitionLog:
 
     def make_durable(self) -> None:
         """Every applied entry survives a machine crash (``DurableStateMachine``)."""
-        self._store.sync_wal()
+        self._store.make_durable()
 
     def consistent_snapshot(self) -> tuple[int, Callable[[BinaryIO], None]]:
         """``write_snapshot`` of one RocksDB view, safe to run on another thread while apply goes on.
