@@ -219,13 +219,13 @@ class NodeCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         specs = [*NODE_GAUGES.values(), *TXN_GAUGES.values(), *GROUP_GAUGES.values(), COORDINATOR_GAUGE]
-        return [*(s.family() for s in specs), *_raft_traffic_families(Traffic(), 0)]
+        return [*(s.family() for s in specs), *_raft_counter_families(Traffic(), 0)]
 
     def collect(self) -> Iterator[Metric]:
         threads = NODE_GAUGES["python_threads"].family()
         threads.add_metric([], threading.active_count())
         yield threads
-        yield from _raft_traffic_families(traffic.totals(), ticker.slow_steps())
+        yield from _raft_counter_families(traffic.totals(), ticker.slow_steps())
         if self.node is not None:
             yield from _node_families(self.node())
         coord = COORDINATOR_GAUGE.family()
@@ -253,7 +253,7 @@ class NodeCollector(Collector):
             yield coord
 
 
-RAFT_TRAFFIC = {
+RAFT_COUNTERS = {
     "raft_messages_sent": "Raft frames this node sent to its peers, all groups (AppendEntries, acks, votes)",
     "raft_message_bytes_sent": "Bytes of the Raft frames this node sent (sealed, as on the wire)",
     "raft_messages_received": "Authenticated Raft frames this node received from its peers, all groups",
@@ -262,7 +262,7 @@ RAFT_TRAFFIC = {
 }
 
 
-def _raft_traffic_families(t: Traffic, stalls: int) -> Iterator[Metric]:
+def _raft_counter_families(t: Traffic, stalls: int) -> Iterator[Metric]:
     values = {
         "raft_messages_sent": t.frames_sent,
         "raft_message_bytes_sent": t.bytes_sent,
@@ -270,7 +270,7 @@ def _raft_traffic_families(t: Traffic, stalls: int) -> Iterator[Metric]:
         "raft_message_bytes_received": t.bytes_received,
         "raft_ticker_stalls": stalls,
     }
-    for name, doc in RAFT_TRAFFIC.items():
+    for name, doc in RAFT_COUNTERS.items():
         fam = CounterMetricFamily(f"{PREFIX}_{name}", doc)
         fam.add_metric([], values[name])
         yield fam

@@ -26,7 +26,9 @@ wrote every record a third time.
 
 Every write of a group must go through ``write``/``put`` (one kind of write
 options): a WAL write of a key that later gets a WAL-less write would resurface
-after a crash with the older value.
+after a crash with the older value. The one exception is ``delete_prefix``,
+which keeps the WAL: it only ever removes a group's whole state, so what
+survives a crash is "deleted", never an older value.
 
 Thread-safety: RocksDB is safe for concurrent readers and writers; this class
 adds no locks. ``close`` must not race other calls (call it at shutdown).
@@ -92,12 +94,12 @@ class NodeStore:
         opts.set_write_buffer_size(64 * 1024 * 1024)
         opts.set_max_write_buffer_number(4)
         opts.set_max_background_jobs(4)
-        # Start writing files out every MiB instead of leaving it to the kernel. Left alone, a node's dirty pages
-        # (WAL, blob files; ~250 MB/s for 3 nodes at full produce load) piled up to the kernel's threshold and went
-        # out in bursts of 1-2 GB, and meanwhile every fsync and rename on the machine, the Raft tickers' included,
-        # took up to a second (measured). Incremental, asynchronous: no durability is claimed from it.
+        # Start writing SST and blob files out every MiB instead of leaving it to the kernel. Left alone, the nodes'
+        # dirty pages (~250 MB/s for 3 nodes at full produce load) piled up to the kernel's threshold and went out
+        # in bursts of 1-2 GB, and meanwhile every fsync and rename on the machine, the Raft tickers' included, took
+        # up to a second (measured). Incremental, asynchronous: no durability is claimed from it. (The WAL carries
+        # only range deletes, or fsyncs every write with sync=True: nothing to smooth there.)
         opts.set_bytes_per_sync(1 << 20)
-        opts.set_wal_bytes_per_sync(1 << 20)
         self.db: Rdict = Rdict(str(self.path), opts)
         self._sync = sync
         self._write_opts = WriteOptions()
@@ -123,7 +125,7 @@ class NodeStore:
         """One key, written like ``write``."""
         batch = self.new_batch()
         batch.put(key, value)
-        self.db.write(batch, self._write_opts)
+        self.write(batch)
 
     def make_durable(self) -> None:
         """Make every write so far survive a machine crash: flush the memtables (fsynced SST and blob files).
