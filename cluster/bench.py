@@ -228,10 +228,26 @@ class BenchCluster:
         return {}
 
     def create_topic(self, topic: str, partitions: int, rf: int = 3, timeout: float = 60.0) -> dict[int, str]:
-        status, res = http_json("POST", self.url(1) + "/v1/topics",
-                                {"name": topic, "partitions": partitions, "replication_factor": rf})  # fmt: skip
-        if status != 201:
-            raise RuntimeError(f"create topic {topic}: {status} {res}")
+        body = {"name": topic, "partitions": partitions, "replication_factor": rf}
+        attempts: list[str] = []
+
+        def created() -> bool | None:
+            """POST to the controller: a 421 names it; other retriable answers (no controller yet) wait."""
+            url = self.url(1)
+            for _hop in range(3):
+                attempts.append(url)
+                status, res = http_json("POST", url + "/v1/topics", body)
+                if status == 201 or (res.get("error_code") == "TOPIC_ALREADY_EXISTS" and len(attempts) > 1):
+                    return True  # (already there after a retry: an earlier attempt whose answer was lost made it)
+                if status == 421 and res.get("leader_url"):
+                    url = str(res["leader_url"])
+                    continue
+                if not res.get("retriable"):
+                    raise RuntimeError(f"create topic {topic}: {status} {res}")
+                return None
+            return None
+
+        wait_for(created, timeout, f"create topic {topic}", 0.2)
 
         def all_led() -> dict[int, str] | None:
             led = self.leaders(topic)
