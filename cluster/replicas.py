@@ -164,7 +164,7 @@ class ReplicaManager:
             if addr is None:
                 raise RuntimeError(f"replica node {r} of {meta.name}-{partition} is not configured")
             members.append(addr.raft_address)
-        group = self._raft.add_group(gid, members, notifier, on_event=self._on_event)
+        group = self._raft.add_group(gid, members, notifier, on_event=self._on_event, delay_idle_commit_notify=True)
         rep = LocalReplica(meta, partition, replicas, plog, notifier, group)
         self.replicas[rep.key] = rep
         self._by_group[gid] = rep

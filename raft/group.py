@@ -90,6 +90,7 @@ class _GroupSyncObj(patches.CoalescedAppendEntries, SyncObj):  # type: ignore[mi
         self._owner = owner
         self.commit_notify_delay = owner._settings.commit_notify_delay_s
         self.lazy_commit_notify = owner.lazy_commit_notify
+        self.delay_idle_commit_notify = owner.delay_idle_commit_notify
         super().__init__(*args, **kwargs)
 
     def _wake_at(self, when: float) -> None:
@@ -118,11 +119,14 @@ class RaftGroup:
         on_rejected: Callable[[str], None],
         lazy_commit_notify: bool = False,
         compaction_executor: Executor | None = None,
+        delay_idle_commit_notify: bool = False,
     ) -> None:
         self.group_id = group_id
         # Followers learn a new commit index from the next heartbeat when nothing else is in flight
         # (``pysyncobj_patches.CoalescedAppendEntries``): for groups written now and then, like coordinators'.
         self.lazy_commit_notify = lazy_commit_notify
+        # ... or after ``commit_notify_delay_s``, unless a write sooner carries it: groups written in a trickle.
+        self.delay_idle_commit_notify = delay_idle_commit_notify
         self.members = members
         self.self_address = self_address
         self.data_dir = data_dir

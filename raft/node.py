@@ -133,13 +133,16 @@ class RaftNode:
         on_event: Callable[[LeadershipEvent], None] | None = None,
         *,
         lazy_commit_notify: bool = False,
+        delay_idle_commit_notify: bool = False,
     ) -> RaftGroup:
         """Create and start this node's replica of ``group_id`` (static membership).
 
         ``members`` are all voters' raft addresses, including this node's.
         ``lazy_commit_notify``: followers of an otherwise idle group learn a
         new commit index from the next heartbeat instead of an AppendEntries
-        round of its own (``RaftGroup``).
+        round of its own (``RaftGroup``); ``delay_idle_commit_notify``: after
+        ``commit_notify_delay_s``, unless a sooner write's AppendEntries
+        carries it (groups written in a trickle, like partitions).
         Blocks until the group exists on its ticker shard (milliseconds; the
         journal is replayed later, by the first ticks).
         """
@@ -166,6 +169,7 @@ class RaftNode:
                 on_rejected=self._rejected,
                 lazy_commit_notify=lazy_commit_notify,
                 compaction_executor=self._compaction_pool,
+                delay_idle_commit_notify=delay_idle_commit_notify,
             )
             self._groups[group_id] = group
 

@@ -347,7 +347,14 @@ class CoalescedAppendEntries:
     group's followers learn the commit index from the next heartbeat (at most
     ``appendEntriesPeriod`` later). For a group that sees a write now and then
     (a coordinator's), that halves the messages of each write: no
-    AppendEntries round that carries nothing but the commit index. Only
+    AppendEntries round that carries nothing but the commit index. Or, with
+    ``delay_idle_commit_notify``, an idle group waits ``commit_notify_delay``
+    too: a group written in a steady trickle (a partition below full load,
+    a partition just after its producer flushed) announces each commit with
+    the next write's AppendEntries, which a sooner write sends anyway
+    (PySyncObj pushes the next heartbeat back whenever it sends). Below full
+    load that halves the messages per write; without it every write cost a
+    second round, AppendEntries and reply, to each follower. Only
     followers' apply can be delayed; the leader's commit and apply, hence
     write latency, never are.
 
@@ -358,6 +365,7 @@ class CoalescedAppendEntries:
     _coalesced_pending = 0
     commit_notify_delay = 0.0
     lazy_commit_notify = False
+    delay_idle_commit_notify = False
     # Flush at least this often while draining, so a long drain cannot delay
     # replication of the commands already appended.
     COALESCE_MAX_ENTRIES = 64
@@ -391,8 +399,10 @@ class CoalescedAppendEntries:
             _psc_syncobj.SyncObj._SyncObj__getCurrentLogIndex(self) > self.__dict__["_SyncObj__raftCommitIndex"]
             or len(self.__dict__["_SyncObj__commandsQueue"]._FastQueue__queue) > 0
         )
-        if not more_coming:
-            return not self.lazy_commit_notify  # lazy: the next heartbeat carries the commit index
+        if not more_coming and self.lazy_commit_notify:
+            return False  # the next heartbeat carries the commit index
+        if not more_coming and not self.delay_idle_commit_notify:
+            return True
         if delay <= 0:
             return need_send
         due = _psc_syncobj.monotonicTime() + delay

@@ -88,7 +88,13 @@ class _RecordingTransport(_NullTransport):
 
 
 class _Coalescing(patches.CoalescedAppendEntries, SyncObj):  # type: ignore[misc]
-    def __init__(self, transport: _RecordingTransport, commit_notify_delay: float = 0.0, lazy: bool = False) -> None:
+    def __init__(
+        self,
+        transport: _RecordingTransport,
+        commit_notify_delay: float = 0.0,
+        lazy: bool = False,
+        delay_idle: bool = False,
+    ) -> None:
         conf = SyncObjConf(
             autoTick=False,
             appendEntriesUseBatch=False,
@@ -101,6 +107,7 @@ class _Coalescing(patches.CoalescedAppendEntries, SyncObj):  # type: ignore[misc
         )
         self.commit_notify_delay = commit_notify_delay
         self.lazy_commit_notify = lazy
+        self.delay_idle_commit_notify = delay_idle
         self.wakes: list[float] = []
         super().__init__("127.0.0.1:1", ["127.0.0.1:2"], conf, transport=transport)
 
@@ -211,6 +218,44 @@ def test_a_lazy_group_announces_a_lone_commit_with_the_next_heartbeat(delay: flo
         so._SyncObj__newAppendEntriesTime = monotonic() - 1  # the heartbeat is due
         so.doTick(0.0)
         assert [m["commit_index"] for m in _append_entries(transport)[sent:]] == [index]
+    finally:
+        so.destroy()
+        patches.close_pipe_notifier(so)
+
+
+def test_a_trickle_group_announces_a_lone_commit_with_the_next_write_or_after_the_delay() -> None:
+    # delay_idle_commit_notify (partitions): below full load each write committed alone, and announcing it at
+    # once cost every write a second AppendEntries round; the next write's AppendEntries carries it instead
+    patches.apply()
+    transport = _RecordingTransport()
+    so = _Coalescing(transport, commit_notify_delay=5.0, delay_idle=True)
+    try:
+        follower = so.lead()
+        results: list[Any] = []
+        so.put(b"one", callback=lambda res, err: results.append(res))
+        so.doTick(0.0)
+        first = so._SyncObj__getCurrentLogIndex()
+        so._SyncObj__raftMatchIndex[follower] = first
+        sent = len(_append_entries(transport))
+        so.doTick(0.0)
+        assert results == [b"one"], "the leader's commit and apply are not delayed"
+        assert len(_append_entries(transport)) == sent, "no round only to announce the commit"
+        assert len(so.wakes) == 1 and so.wakes[0] <= monotonic() + 5.0, "a tick is asked for at the delay"
+        # The next write comes first: its AppendEntries carries the commit index.
+        so.put(b"two", callback=lambda res, err: results.append(res))
+        so.doTick(0.0)
+        appends = _append_entries(transport)[sent:]
+        assert [(m["commit_index"], len(m["entries"])) for m in appends] == [(first, 1)]
+        # Nothing follows the second: after the delay, a round announces it.
+        second = so._SyncObj__getCurrentLogIndex()
+        so._SyncObj__raftMatchIndex[follower] = second
+        sent = len(_append_entries(transport))
+        so.doTick(0.0)
+        assert results == [b"one", b"two"] and len(_append_entries(transport)) == sent
+        assert so._SyncObj__newAppendEntriesTime <= monotonic() + 5.0, "the announcement is due within the delay"
+        so._SyncObj__newAppendEntriesTime = monotonic() - 1  # the delay has passed
+        so.doTick(0.0)
+        assert [m["commit_index"] for m in _append_entries(transport)[sent:]] == [second]
     finally:
         so.destroy()
         patches.close_pipe_notifier(so)
