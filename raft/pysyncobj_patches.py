@@ -196,6 +196,25 @@ def _resizable_write(self: Any, offset: int, values: bytes) -> None:
         _pwritev_all(self._ResizableFile__f.fileno(), [values], offset)
 
 
+EXIT_JOURNAL_ERROR = 74  # sysexits.h EX_IOERR
+
+
+def _fatal_journal_error(path: str, exc: BaseException) -> None:
+    """Fail-stop on a journal write the disk refused (disk full, I/O error).
+
+    The entry is already in the in-memory journal, and PySyncObj would go on
+    as if it were stored: a follower would acknowledge it and a leader count
+    it towards a majority, so a later restart could lose a committed entry.
+    Tests replace this hook.
+    """
+    logger.critical("raft journal %s: write failed (%s); exiting with status %d", path, exc, EXIT_JOURNAL_ERROR)
+    logging.shutdown()
+    os._exit(EXIT_JOURNAL_ERROR)
+
+
+fatal_journal_error: Callable[[str, BaseException], None] = _fatal_journal_error
+
+
 def _journal_add(self: Any, command: Any, idx: int, term: int) -> None:
     self._FileJournal__journal.append((command, idx, term))
     payload = command if isinstance(command, bytes) else _psc_journal.to_bytes(command)
@@ -203,9 +222,13 @@ def _journal_add(self: Any, command: Any, idx: int, term: int) -> None:
     journal_file = self._FileJournal__journalFile
     offset = self._FileJournal__currentOffset
     end = offset + size + 8
-    _ensure_file_size(journal_file, end)
-    fd = journal_file._ResizableFile__f.fileno()
-    _pwritev_all(fd, [_RECORD_HEAD.pack(size, idx, term), payload, _RECORD_TAIL.pack(size)], offset)
+    try:
+        _ensure_file_size(journal_file, end)
+        fd = journal_file._ResizableFile__f.fileno()
+        _pwritev_all(fd, [_RECORD_HEAD.pack(size, idx, term), payload, _RECORD_TAIL.pack(size)], offset)
+    except OSError as exc:
+        fatal_journal_error(str(journal_file._ResizableFile__fileName), exc)
+        raise
     self._FileJournal__currentOffset = end
     self._FileJournal__setLastRecordOffset(end)
     start = self.__dict__.get("_txb_writeback_from", 0)

@@ -30,14 +30,24 @@ after a crash with the older value. The one exception is ``delete_prefix``,
 which keeps the WAL: it only ever removes a group's whole state, so what
 survives a crash is "deleted", never an older value.
 
+A write that fails for the disk's sake (RocksDB's "IO error" or "Corruption":
+disk full, a failed flush, a bad sector) ends the process
+(``fatal_storage_error``, exit status 74). Writes come from Raft groups applying
+committed entries. A group that skipped one on this replica, while the other
+replicas applied it, would diverge from them silently. Kafka halts a broker whose
+only log directory fails, for the same reason. On restart the journal replays
+the entry; the node stays down until the disk is fixed.
+
 Thread-safety: RocksDB is safe for concurrent readers and writers; this class
 adds no locks. ``close`` must not race other calls (call it at shutdown).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import pathlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import cast
 
 from rocksdict import (
@@ -50,7 +60,34 @@ from rocksdict import (
     WriteOptions,
 )
 
-__all__ = ["NodeStore", "StoreView", "prefix_upper_bound"]
+__all__ = ["EXIT_STORAGE_ERROR", "NodeStore", "StoreView", "fatal_storage_error", "prefix_upper_bound"]
+
+logger = logging.getLogger(__name__)
+
+EXIT_STORAGE_ERROR = 74  # sysexits.h EX_IOERR
+
+
+def _fatal_storage_error(path: str, exc: BaseException) -> None:
+    """Fail-stop: a committed entry this replica could not apply must not be skipped (module doc).
+
+    Tests replace this hook.
+    """
+    logger.critical("store %s: write failed (%s); exiting with status %d", path, exc, EXIT_STORAGE_ERROR)
+    logging.shutdown()
+    os._exit(EXIT_STORAGE_ERROR)
+
+
+fatal_storage_error: Callable[[str, BaseException], None] = _fatal_storage_error
+
+
+def _is_storage_failure(exc: BaseException) -> bool:
+    """The disk failed us (not a bad argument, which every replica would meet alike).
+
+    rocksdict raises a plain ``Exception`` carrying RocksDB's status text.
+    """
+    text = str(exc.args[0]) if exc.args else ""
+    return isinstance(exc, OSError) or text.startswith(("IO error", "Corruption"))
+
 
 _MIN_BLOB_BYTES = 4096
 
@@ -118,8 +155,19 @@ class NodeStore:
         return WriteBatch(raw_mode=True)
 
     def write(self, batch: WriteBatch) -> None:
-        """Apply ``batch`` atomically (all of it or none of it survives a crash)."""
-        self.db.write(batch, self._write_opts)
+        """Apply ``batch`` atomically (all of it or none of it survives a crash).
+
+        A storage failure ends the process (module doc).
+        """
+        self._write(batch, self._write_opts)
+
+    def _write(self, batch: WriteBatch, opts: WriteOptions) -> None:
+        try:
+            self.db.write(batch, opts)
+        except Exception as exc:
+            if _is_storage_failure(exc):
+                fatal_storage_error(str(self.path), exc)
+            raise
 
     def put(self, key: bytes, value: bytes) -> None:
         """One key, written like ``write``."""
@@ -142,13 +190,13 @@ class NodeStore:
         if not prefix:
             raise ValueError("refusing to delete the whole database")
         end = prefix_upper_bound(prefix)
-        if end is not None:
-            self.db.delete_range(prefix, end, self._wal_opts)
-            return
         batch = self.new_batch()
-        for key, _value in self.iter_prefix(prefix):
-            batch.delete(key)
-        self.db.write(batch, self._wal_opts)
+        if end is not None:
+            batch.delete_range(prefix, end)
+        else:
+            for key, _value in self.iter_prefix(prefix):
+                batch.delete(key)
+        self._write(batch, self._wal_opts)
 
     # -- reads ----------------------------------------------------------------
 

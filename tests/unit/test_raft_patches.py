@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+import pathlib
+import subprocess
+import sys
+import textwrap
 from time import monotonic
 from typing import Any
 
@@ -313,3 +317,27 @@ def test_journal_entries_written_with_pwritev_reopen_byte_identical(tmp_path: An
         for c, i, t in entries[:38]
     )
     assert raw[FIRST_RECORD_OFFSET : FIRST_RECORD_OFFSET + len(expected)] == expected
+
+
+def test_a_journal_write_the_disk_refuses_ends_the_process(tmp_path: Any) -> None:
+    # A follower would acknowledge an entry that is only in memory, and a leader count it towards a majority:
+    # after a restart a committed entry could be gone. RLIMIT_FSIZE makes the real pwritev fail with EFBIG.
+    script = textwrap.dedent(
+        f"""
+        import resource, signal
+        from pysyncobj.journal import FileJournal
+        from raft import pysyncobj_patches as patches
+        patches.apply()
+        journal = FileJournal({str(tmp_path / "raft.journal")!r})
+        journal.add(b"fits", 1, 1)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))
+        journal.add(b"x" * (2 << 20), 2, 1)
+        print("the add returned", flush=True)
+        """
+    )
+    repo = pathlib.Path(__file__).resolve().parents[2]
+    res = subprocess.run([sys.executable, "-c", script], cwd=repo, capture_output=True, text=True, timeout=60)
+    assert "the add returned" not in res.stdout
+    assert res.returncode == patches.EXIT_JOURNAL_ERROR == 74, res.stderr
+    assert "write failed" in res.stderr

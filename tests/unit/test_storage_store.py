@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from storage.store import NodeStore
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -96,3 +98,48 @@ def test_sync_mode_keeps_the_write_ahead_log(tmp_path: pathlib.Path) -> None:
     )
     subprocess.run([sys.executable, "-c", script], cwd=REPO, check=True, timeout=60)
     assert _read(tmp_path, b"a") == [b"1"]
+
+
+def test_a_write_the_disk_refuses_ends_the_process(tmp_path: pathlib.Path) -> None:
+    # A committed entry this replica cannot apply must not be skipped while the other replicas apply it (they
+    # would diverge). RLIMIT_FSIZE makes RocksDB's real flush fail with EFBIG ("IO error: ... File too large");
+    # RocksDB then refuses every write, and the store exits with status 74 instead of returning an error.
+    script = textwrap.dedent(
+        f"""
+        import os, pathlib, resource, signal
+        from storage.store import NodeStore
+        store = NodeStore(pathlib.Path({str(tmp_path)!r}))
+        store.put(b"before", b"1")
+        store.make_durable()
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, resource.RLIM_INFINITY))
+        for i in range(50):
+            store.put(b"big%d" % i, os.urandom(16384))
+        try:
+            store.make_durable()
+        except Exception as exc:
+            print("flush failed:", exc, flush=True)
+        store.put(b"after", b"2")
+        print("the write returned", flush=True)
+        os._exit(0)
+        """
+    )
+    res = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert "flush failed: IO error" in res.stdout
+    assert "the write returned" not in res.stdout
+    assert res.returncode == 74, res.stderr
+    assert "write failed" in res.stderr and "exiting with status 74" in res.stderr
+    assert _read(tmp_path, b"before", b"after") == [b"1", None]
+
+
+def test_a_write_with_a_bad_argument_raises_and_the_process_lives(tmp_path: pathlib.Path) -> None:
+    # Not the disk's fault: every replica would meet it alike, so it stays an exception (the group turns it
+    # into an error result).
+    store = NodeStore(tmp_path)
+    try:
+        with pytest.raises(TypeError):
+            store.write(b"not a batch")  # type: ignore[arg-type]
+        store.put(b"k", b"v")
+        assert store.db.get(b"k") == b"v"
+    finally:
+        store.close()
