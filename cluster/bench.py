@@ -203,17 +203,20 @@ class BenchCluster:
 
     def leader_changes(self) -> int:
         """Partition leadership changes the live nodes observed so far (one change counts once per node)."""
-        return self._counter_sum("txbroker_raft_leader_changes_total")
+        return int(self.counter_sum("txbroker_raft_leader_changes_total"))
 
     def ticker_stalls(self) -> int:
         """Raft ticker steps of 0.5 s or more on the live nodes so far (``txbroker_raft_ticker_stalls_total``)."""
-        return self._counter_sum("txbroker_raft_ticker_stalls_total")
+        return int(self.counter_sum("txbroker_raft_ticker_stalls_total"))
 
-    def _counter_sum(self, name: str) -> int:
+    def counter_sum(self, name: str, **labels: str) -> float:
+        """Sample ``name`` summed over the live nodes' ``/metrics``, over the samples carrying ``labels``."""
         from cluster.health import scrape
 
         scrapes = [scrape(url, timeout=5) or {} for url in self.live_urls()]
-        return int(sum(v for s in scrapes for _lv, v in s.get(name, [])))
+        return sum(
+            v for s in scrapes for lv, v in s.get(name, []) if all(lv.get(k) == want for k, want in labels.items())
+        )
 
     def leaders(self, topic: str) -> dict[int, str | None]:
         """partition -> leader URL, from the first live node that answers."""

@@ -402,6 +402,7 @@ EXTRA_BENCHES = {
     "clients": "cluster.bench_client_produce",  # Python producer vs JSON over raw HTTP vs the raw ceiling
     "send-path": "cluster.bench_send_path",  # the producer's client CPU per record, no cluster
     "consume": "cluster.bench_consume",  # consume throughput and end-to-end latency
+    "load": "cluster.bench_load",  # a produce request's node cost at full load and below it (offered rates)
     "txn": "cluster.bench_txn",  # transactional overhead, read_committed cost, visibility latency, coordinator failover
     "copier": "cluster.bench_copier",  # consume-transform-produce throughput, rebalance time
     "metrics": "cluster.bench_metrics",  # cost of a 1 s Prometheus scrape

@@ -1,0 +1,33 @@
+"""``txbroker bench load`` runs end to end on a short sweep (numbers in BENCHMARKS.md, "Session 12")."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from cluster.bench_load import main
+
+pytestmark = pytest.mark.integration
+
+
+def test_load_bench_holds_the_offered_rate_and_counts_requests_and_messages(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--rounds", "1", "--rates", "0,4000", "--window", "1.7", "--warmup", "0.2", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    full, slow = res["rates"]["unthrottled"], res["rates"]["4000/s"]
+    # The throttle holds the offered rate; unthrottled goes well past it.
+    assert 3000 <= slow["records_per_s"] <= 4400
+    assert full["records_per_s"] > 2 * slow["records_per_s"]
+    for s in (full, slow):
+        assert s["produce_requests_per_1k_records"] > 0
+        assert s["raft_messages_per_1k_records"] > 0
+        assert s["nodes_cpu_us_per_record"] > 0 and 0 < s["nodes_busy_cores"] <= (os.cpu_count() or 1) + 0.2
+    # A 64 KiB batch holds ~60 records of 1 KiB: unthrottled, requests are near that, not one per record.
+    assert full["produce_requests_per_1k_records"] < 100
+
+
+def test_load_bench_refuses_a_bad_rate_list() -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--rates", "fast"])
+    assert exc.value.code == 2
