@@ -60,7 +60,14 @@ from rocksdict import (
     WriteOptions,
 )
 
-__all__ = ["EXIT_STORAGE_ERROR", "NodeStore", "StoreView", "fatal_storage_error", "prefix_upper_bound"]
+__all__ = [
+    "EXIT_STORAGE_ERROR",
+    "NodeStore",
+    "StoreView",
+    "fatal_storage_error",
+    "is_storage_failure",
+    "prefix_upper_bound",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +87,7 @@ def _fatal_storage_error(path: str, exc: BaseException) -> None:
 fatal_storage_error: Callable[[str, BaseException], None] = _fatal_storage_error
 
 
-def _is_storage_failure(exc: BaseException) -> bool:
+def is_storage_failure(exc: BaseException) -> bool:
     """The disk failed us (not a bad argument, which every replica would meet alike).
 
     rocksdict raises a plain ``Exception`` carrying RocksDB's status text.
@@ -165,7 +172,7 @@ class NodeStore:
         try:
             self.db.write(batch, opts)
         except Exception as exc:
-            if _is_storage_failure(exc):
+            if is_storage_failure(exc):
                 fatal_storage_error(str(self.path), exc)
             raise
 

@@ -431,3 +431,40 @@ def test_corrupt_batch_in_a_snapshot_is_detected_on_restore(
     snap[13 + 8 + 9 + 21 + 60] ^= 0x01
     with pytest.raises(StorageCorruptionError, match="batch 0: batch CRC mismatch"):
         make_log(OTHER).read_snapshot(io.BytesIO(bytes(snap)), 5)
+
+
+def test_a_read_the_disk_refuses_during_apply_stops_the_node(
+    make_log: Callable[..., PartitionLog], store: NodeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Retention reads the log while it applies. Had the read's I/O error been answered as an error, this replica
+    # would skip the entry while the others applied it. The fatal hook (os._exit in production) is replaced here,
+    # and so is the read: a real disk cannot be made to fail a read on demand.
+    from storage import store as store_module
+    from storage.commands import encode_retention
+
+    log = make_log()
+    fill(log, 3)
+    stops: list[str] = []
+
+    def stop(path: str, exc: BaseException) -> None:
+        stops.append(f"{path}: {exc}")
+        raise SystemExit(74)
+
+    def failing_read(prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        raise Exception("IO error: While reading a blob file: Input/output error")
+
+    monkeypatch.setattr(store_module, "fatal_storage_error", stop)
+    monkeypatch.setattr(store, "iter_prefix", failing_read)
+    with pytest.raises(SystemExit):
+        log.apply(log.last_applied + 1, encode_retention(10_000, 1, -1, -1))
+    assert len(stops) == 1 and "IO error" in stops[0] and "t-0" in stops[0]
+    assert log.last_applied == 3, "the entry is not recorded as applied"
+
+    # Any other failure is the same on every replica: answered as an error, the entry recorded as applied.
+    def buggy_read(prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        raise ValueError("not the disk")
+
+    monkeypatch.setattr(store, "iter_prefix", buggy_read)
+    res = log.apply(log.last_applied + 1, encode_retention(10_000, 1, -1, -1))
+    assert isinstance(res, BrokerError) and res.error_code is ErrorCode.UNKNOWN_SERVER_ERROR
+    assert log.last_applied == 4 and len(stops) == 1
