@@ -52,6 +52,7 @@ from clients.protocol import (
 )
 
 from .config import NodeConfig, free_ports, make_cluster_configs, write_configs
+from .health import Samples, scrape
 
 REPO = Path(__file__).resolve().parents[1]
 TOPIC = "bench"
@@ -106,6 +107,11 @@ def http_json(method: str, url: str, body: Any = None, timeout: float = 10.0) ->
             return resp.status, json.loads(resp.read() or b"null")
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"null")
+
+
+def sum_samples(scrapes: list[Samples], name: str, **labels: str) -> float:
+    """Sample ``name`` summed over ``scrapes``, over the samples carrying ``labels``."""
+    return sum(v for s in scrapes for lv, v in s.get(name, []) if all(lv.get(k) == w for k, w in labels.items()))
 
 
 def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
@@ -211,12 +217,11 @@ class BenchCluster:
 
     def counter_sum(self, name: str, **labels: str) -> float:
         """Sample ``name`` summed over the live nodes' ``/metrics``, over the samples carrying ``labels``."""
-        from cluster.health import scrape
+        return sum_samples(self.scrape_nodes(), name, **labels)
 
-        scrapes = [scrape(url, timeout=5) or {} for url in self.live_urls()]
-        return sum(
-            v for s in scrapes for lv, v in s.get(name, []) if all(lv.get(k) == want for k, want in labels.items())
-        )
+    def scrape_nodes(self) -> list[Samples]:
+        """Every live node's ``/metrics`` (an empty one for a node that does not answer)."""
+        return [scrape(url, timeout=5) or {} for url in self.live_urls()]
 
     def leaders(self, topic: str) -> dict[int, str | None]:
         """partition -> leader URL, from the first live node that answers."""

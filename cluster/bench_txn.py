@@ -58,7 +58,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from clients.aio import AsyncConsumer
 from clients.aio.producer import AsyncProducer
@@ -70,6 +70,7 @@ from .bench import BenchCluster, http_json, machine_info, pct, self_cpu, wait_fo
 __all__ = ["add_arguments", "run_txn_bench"]
 
 _STAMP = struct.Struct(">q")
+_Row = TypeVar("_Row")
 _Windows = list[dict[str, Any]]
 _Stat = Callable[[_Windows, _Windows], float]  # (windows of a mode, the idempotent windows) -> a ratio
 
@@ -138,6 +139,13 @@ async def _send_window(
     if transactional or flush_only:
         out["commit_ms"] = commits  # how long each commit (or flush) blocked the sending loop
     return out
+
+
+def _bootstrap_95(rounds: list[_Row], stat: Callable[[list[_Row]], float]) -> list[float]:
+    """95 % bootstrap interval of ``stat`` over ``rounds`` resampled with replacement (2,000 draws, fixed seed)."""
+    rng = random.Random(0)
+    draws = sorted(stat([rounds[rng.randrange(len(rounds))] for _ in rounds]) for _ in range(2000))
+    return [round(draws[50], 3), round(draws[1949], 3)]
 
 
 async def produce_comparison(
@@ -210,15 +218,9 @@ async def produce_comparison(
 
         The default statistic is the ratio of totals (records/s).
         """
-        stat = stat or (lambda a, b: rate(a) / rate(b))
-        rng = random.Random(0)
+        pair_stat = stat or (lambda a, b: rate(a) / rate(b))
         pairs = list(zip(windows[m], windows["idempotent"], strict=True))
-        ratios = []
-        for _ in range(2000):
-            sample = [pairs[rng.randrange(len(pairs))] for _ in pairs]
-            ratios.append(stat([a for a, _ in sample], [b for _, b in sample]))
-        ratios.sort()
-        return [round(ratios[50], 3), round(ratios[1949], 3)]
+        return _bootstrap_95(pairs, lambda rs: pair_stat([a for a, _ in rs], [b for _, b in rs]))
 
     def cpu_ratio(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> float:
         """Idempotent CPU per record over ``a``'s: the throughput ratio the nodes' cost alone implies."""
@@ -293,11 +295,9 @@ async def produce_comparison(
         def pooled(rs: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]) -> float:
             return rate([r[0] for r in rs]) / rate([w for r in rs for w in r[1:]])
 
-        boot = random.Random(0)
-        samples = sorted(pooled([rounds[boot.randrange(len(rounds))] for _ in rounds]) for _ in range(2000))
         out["vs_both_idempotent"] = {
             "ratio_of_totals": round(pooled(rounds), 3),
-            "ratio_95pct_interval": [round(samples[50], 3), round(samples[1949], 3)],
+            "ratio_95pct_interval": _bootstrap_95(rounds, pooled),
         }
     return out
 

@@ -54,7 +54,6 @@ from clients.protocol import (
     encode_control_batch,
     parse_batch,
 )
-from storage import store as _store
 from storage.commands import (
     AppendCommand,
     AppendResult,
@@ -87,7 +86,7 @@ from storage.producer_state import (
     decode_entry,
     encode_entry,
 )
-from storage.store import NodeStore, StoreView
+from storage.store import NodeStore, StoreView, stop_on_storage_failure
 from storage.txn_index import (
     AbortedTxn,
     collect_aborted,
@@ -387,10 +386,9 @@ class PartitionLog:
         except BrokerError as err:
             return self._reject(index, err)
         except Exception as exc:
-            if _store.is_storage_failure(exc):
-                # A read the disk refused (writes end the process in the store): going on would skip the entry
-                # here while the other replicas apply it.
-                _store.fatal_storage_error(f"{self._store.path} ({self.name})", exc)
+            # A read the disk refused (writes end the process in the store): going on would skip the entry
+            # here while the other replicas apply it.
+            stop_on_storage_failure(exc, f"{self._store.path} ({self.name})")
             log.exception("%s: apply of index %d failed", self.name, index)
             return self._reject(index, BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{self.name}: {exc!r}"))
 

@@ -67,6 +67,7 @@ __all__ = [
     "fatal_storage_error",
     "is_storage_failure",
     "prefix_upper_bound",
+    "stop_on_storage_failure",
 ]
 
 logger = logging.getLogger(__name__)
@@ -94,6 +95,12 @@ def is_storage_failure(exc: BaseException) -> bool:
     """
     text = str(exc.args[0]) if exc.args else ""
     return isinstance(exc, OSError) or text.startswith(("IO error", "Corruption"))
+
+
+def stop_on_storage_failure(exc: BaseException, where: str) -> None:
+    """``fatal_storage_error`` if ``exc`` is the disk's fault; otherwise return, for the caller to handle it."""
+    if is_storage_failure(exc):
+        fatal_storage_error(where, exc)
 
 
 _MIN_BLOB_BYTES = 4096
@@ -172,8 +179,7 @@ class NodeStore:
         try:
             self.db.write(batch, opts)
         except Exception as exc:
-            if is_storage_failure(exc):
-                fatal_storage_error(str(self.path), exc)
+            stop_on_storage_failure(exc, str(self.path))
             raise
 
     def put(self, key: bytes, value: bytes) -> None:
