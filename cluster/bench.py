@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -114,6 +116,41 @@ def sum_samples(scrapes: list[Samples], name: str, **labels: str) -> float:
     return sum(v for s in scrapes for lv, v in s.get(name, []) if all(lv.get(k) == w for k, w in labels.items()))
 
 
+def add_node_setting_argument(p: argparse.ArgumentParser) -> None:
+    """``--node-setting KEY=VALUE`` (repeatable), for ``parse_node_settings``."""
+    p.add_argument(
+        "--node-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a node config setting for every node (TOML value), e.g. store_direct_io=false; repeatable",
+    )
+
+
+def node_settings_or_exit(p: argparse.ArgumentParser, opts: argparse.Namespace) -> dict[str, Any]:
+    """The parsed ``--node-setting`` values; a bad one ends the program with argparse's usage error (status 2)."""
+    try:
+        return parse_node_settings(opts.node_setting)
+    except ValueError as exc:
+        p.error(str(exc))
+
+
+def parse_node_settings(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs (a TOML value: ``store_direct_io=false``) checked against the node config's fields."""
+    known = {f.name for f in dataclasses.fields(NodeConfig)}
+    settings: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or key not in known:
+            raise ValueError(f"--node-setting wants KEY=VALUE with a node config key, got {pair!r}")
+        try:
+            settings[key] = tomllib.loads(f"v = {value.strip()}")["v"]
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"--node-setting {pair!r}: not a TOML value ({exc})") from exc
+    return settings
+
+
 def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
     deadline = time.monotonic() + timeout
     last: BaseException | None = None
@@ -134,10 +171,12 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float
 class BenchCluster:
     """3 ``txbroker node start`` processes on loopback; ``close()`` stops every one it started."""
 
-    def __init__(self, workdir: Path, n: int = 3) -> None:
+    def __init__(self, workdir: Path, n: int = 3, settings: dict[str, Any] | None = None) -> None:
+        """``settings``: node settings (``NodeConfig`` fields) off their defaults, the same on every node."""
         self.dir = workdir
         ports = free_ports(2 * n)
-        self.configs: list[NodeConfig] = make_cluster_configs(n, workdir, http_ports=ports[:n], raft_ports=ports[n:])
+        configs = make_cluster_configs(n, workdir, http_ports=ports[:n], raft_ports=ports[n:])
+        self.configs: list[NodeConfig] = [dataclasses.replace(c, **(settings or {})) for c in configs]
         self.paths = write_configs(self.configs, workdir)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 

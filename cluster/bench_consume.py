@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
     from pathlib import Path
 
-    from .bench import BenchCluster, machine_info
+    from .bench import BenchCluster, add_node_setting_argument, machine_info, node_settings_or_exit
 
     p = argparse.ArgumentParser(prog="python -m cluster.bench_consume", description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=100_000)
@@ -223,10 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-rate", type=int, default=1000)
     p.add_argument("--linger-ms", type=int, default=1)
     p.add_argument("--isolation", default="read_uncommitted", choices=["read_uncommitted", "read_committed"])
+    add_node_setting_argument(p)
     args = p.parse_args(argv)
+    settings = node_settings_or_exit(p, args)
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="txbroker-bench-consume-"))
-        cluster = stack.enter_context(BenchCluster(Path(tmp))).start()
+        cluster = stack.enter_context(BenchCluster(Path(tmp), settings=settings)).start()
         res = asyncio.run(
             run_consume_bench(
                 cluster.live_urls(),

@@ -28,7 +28,7 @@ from typing import Any
 
 from clients.aio.producer import AsyncProducer
 
-from .bench import BenchCluster, sum_samples
+from .bench import BenchCluster, add_node_setting_argument, node_settings_or_exit, sum_samples
 
 _TOPIC = "bench-load"
 _RAFT_MESSAGES = "txbroker_raft_messages_sent_total"
@@ -107,6 +107,7 @@ async def sweep(cluster: BenchCluster, opts: argparse.Namespace) -> dict[str, An
             "rounds": opts.rounds,
             "window_s": opts.window,
             "warmup_s": opts.warmup,
+            "node_settings": opts.node_setting,
         },
         "leader_changes_seen_by_nodes": await asyncio.to_thread(cluster.leader_changes) - changes_before,
     }
@@ -122,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record-size", type=int, default=1024)
     p.add_argument("--linger-ms", type=int, default=5)
     p.add_argument("--buffer-memory", type=int, default=4 * 1024 * 1024)
+    add_node_setting_argument(p)
     p.add_argument("--json", action="store_true")
     opts = p.parse_args(argv)
     try:
@@ -130,7 +132,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--rates must be numbers separated by commas, got {opts.rates!r}")
     if any(r < 0 for r in opts.rates) or opts.window <= opts.warmup or opts.rounds < 1:
         p.error("rates must be >= 0, --window above --warmup, --rounds >= 1")
-    with tempfile.TemporaryDirectory(prefix="txbroker-bench-load-") as tmp, BenchCluster(Path(tmp)) as cluster:
+    settings = node_settings_or_exit(p, opts)
+    with (
+        tempfile.TemporaryDirectory(prefix="txbroker-bench-load-") as tmp,
+        BenchCluster(Path(tmp), settings=settings) as cluster,
+    ):
         cluster.start()
         cluster.create_topic(_TOPIC, opts.partitions)
         cluster.preferred_leaders(_TOPIC)

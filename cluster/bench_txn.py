@@ -65,7 +65,17 @@ from clients.aio.producer import AsyncProducer
 from clients.protocol import BrokerError
 from clients.records import TopicPartition
 
-from .bench import BenchCluster, http_json, machine_info, pct, self_cpu, wait_for
+from .bench import (
+    BenchCluster,
+    add_node_setting_argument,
+    http_json,
+    machine_info,
+    node_settings_or_exit,
+    parse_node_settings,
+    pct,
+    self_cpu,
+    wait_for,
+)
 
 __all__ = ["add_arguments", "run_txn_bench"]
 
@@ -709,6 +719,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--commit-interval-ms", type=int, default=100)
     p.add_argument("--linger-ms", type=int, default=5)
     p.add_argument("--buffer-memory", type=int, default=4 * 1024 * 1024)
+    add_node_setting_argument(p)
     p.add_argument("--allow-disk-short", action="store_true",
                    help="run the produce part even when the temporary directory looks too small for it")  # fmt: skip
     p.add_argument("--fill-txns", type=int, default=200, help="transactions in the consume log (10%% aborted)")
@@ -746,7 +757,11 @@ def run_txn_bench(opts: argparse.Namespace) -> dict[str, Any]:
     """Every selected part on one fresh cluster; returns the report (errors per part, not raised)."""
     report: dict[str, Any] = {}
     _check_disk_space(opts)
-    with tempfile.TemporaryDirectory(prefix="txbroker-bench-txn-") as tmp, BenchCluster(Path(tmp)) as cluster:
+    settings = parse_node_settings(opts.node_setting)
+    with (
+        tempfile.TemporaryDirectory(prefix="txbroker-bench-txn-") as tmp,
+        BenchCluster(Path(tmp), settings=settings) as cluster,
+    ):
         cluster.start()
         urls = [c.url for c in cluster.configs]
         topics = ("bench-idempotent", "bench-transactional", "bench-control", "bench-flushing", "bench-aborted-10pct",
@@ -783,6 +798,7 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m cluster.bench_txn", description=__doc__.splitlines()[0])
     add_arguments(ap)
     opts = ap.parse_args(argv)
+    node_settings_or_exit(ap, opts)
     report = {"command": "python -m cluster.bench_txn " + " ".join(argv), "machine": machine_info(),
               **run_txn_bench(opts)}  # fmt: skip
     print(json.dumps(report, indent=2))

@@ -117,7 +117,7 @@ class Broker:
         self.loop = asyncio.get_running_loop()
         data = config.data_dir
         data.mkdir(parents=True, exist_ok=True)
-        self.store = NodeStore(data / "db")
+        self.store = NodeStore(data / "db", direct_io=config.store_direct_io)
         settings = RaftSettings(
             password=config.cluster_secret,
             tick_threads=config.raft_tick_threads,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import secrets
 import socket
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,8 @@ class NodeConfig:
     # Raft entries kept in memory (and in the journal) between compactions, per group: with
     # 64 KiB produce batches, about 64 MiB per busy partition.
     raft_log_compaction_min_entries: int = 1000
+    # storage: RocksDB flushes and compactions bypass the page cache where the filesystem allows (storage.store)
+    store_direct_io: bool = True
     # background work
     retention_check_interval_s: float = 30.0
     leader_balance_interval_s: float = 5.0
@@ -157,11 +159,14 @@ def parse_config(raw: dict[str, Any], base_dir: Path | None = None) -> NodeConfi
     if len(set(ids)) != len(ids):
         raise ConfigError("duplicate node ids in [[nodes]]")
     known = {f.name for f in fields(NodeConfig)}
+    switches = {f.name for f in fields(NodeConfig) if isinstance(f.default, bool)}
     kwargs: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     for key, value in raw.items():
         if key == "nodes":
             continue
+        if key in switches and not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, not {value!r}")
         if key in known:
             kwargs[key] = value
         else:
@@ -213,8 +218,15 @@ def render_config(cfg: NodeConfig) -> str:
         "# authenticates Raft traffic between nodes: keep this file private",
         f"cluster_secret = {_toml_value(cfg.cluster_secret)}",
         f"log_format = {_toml_value(cfg.log_format)}",
-        "",
     ]
+    # Every other setting that is not its default (tuning a cluster made by `cluster init` or a bench).
+    written = {"node_id", "host", "http_port", "raft_port", "data_dir", "cluster_id", "cluster_secret", "log_format",
+               "nodes", "extra"}  # fmt: skip
+    for f in fields(NodeConfig):
+        value = getattr(cfg, f.name)
+        if f.name not in written and f.default is not MISSING and value != f.default:
+            lines.append(f"{f.name} = {_toml_value(value)}")
+    lines.append("")
     for n in cfg.nodes:
         lines += [
             "[[nodes]]",

@@ -38,6 +38,17 @@ replicas applied it, would diverge from them silently. Kafka halts a broker whos
 only log directory fails, for the same reason. On restart the journal replays
 the entry; the node stays down until the disk is fixed.
 
+Flushes and compactions write with ``O_DIRECT`` where the filesystem allows it
+(``direct_io``, probed at open: ``supports_direct_io``). The data is in the
+Raft journal already, and readers of recent offsets find it in the memtables,
+so a flushed blob file gains nothing from the page cache. Through it, every byte
+cost a copy into the cache and a dirty page for writeback. Measured on the
+2-core bench machine (3 nodes, full produce load): RocksDB's flush threads
+used about a core for 2 s of every 5 with 256 MiB memtables, mostly in the
+kernel's copy into the page cache; throughput swung between about 15k and
+55k records/s with every flush. With direct I/O, node CPU per record fell by
+a fifth. Reads stay buffered.
+
 Thread-safety: RocksDB is safe for concurrent readers and writers; this class
 adds no locks. ``close`` must not race other calls (call it at shutdown).
 """
@@ -45,6 +56,7 @@ adds no locks. ``close`` must not race other calls (call it at shutdown).
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import pathlib
 from collections.abc import Callable, Iterator
@@ -68,6 +80,7 @@ __all__ = [
     "is_storage_failure",
     "prefix_upper_bound",
     "stop_on_storage_failure",
+    "supports_direct_io",
 ]
 
 logger = logging.getLogger(__name__)
@@ -104,6 +117,30 @@ def stop_on_storage_failure(exc: BaseException, where: str) -> None:
 
 
 _MIN_BLOB_BYTES = 4096
+_DIRECT_IO_PROBE = ".direct-io-probe"
+
+
+def supports_direct_io(directory: pathlib.Path) -> bool:
+    """Whether files in ``directory`` take ``O_DIRECT`` writes (not every filesystem does: older tmpfs, some FUSE).
+
+    Writes one aligned page to a probe file and removes it.
+    """
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return False
+    path = directory / _DIRECT_IO_PROBE
+    page = mmap.mmap(-1, mmap.PAGESIZE)  # anonymous maps are page-aligned, as O_DIRECT wants
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flag, 0o600)
+        try:
+            return os.write(fd, page) == mmap.PAGESIZE
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+    finally:
+        page.close()
+        path.unlink(missing_ok=True)
 
 
 def prefix_upper_bound(prefix: bytes) -> bytes | None:
@@ -120,9 +157,13 @@ def prefix_upper_bound(prefix: bytes) -> bytes | None:
 class NodeStore:
     """The node's one RocksDB (rocksdict ``Rdict``, raw mode: bytes keys and values, no pickle)."""
 
-    def __init__(self, path: pathlib.Path, *, sync: bool = False) -> None:
+    def __init__(self, path: pathlib.Path, *, sync: bool = False, direct_io: bool = True) -> None:
+        """``direct_io``: flush and compact with ``O_DIRECT`` if the filesystem takes it (module doc)."""
         self.path = pathlib.Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
+        self.direct_io = direct_io and supports_direct_io(self.path)
+        if direct_io and not self.direct_io:
+            logger.info("store %s: the filesystem refuses O_DIRECT; flushes go through the page cache", self.path)
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
         # Record batches (values of KiBs) go to blob files, written once and never
@@ -151,6 +192,7 @@ class NodeStore:
         # up to a second (measured). Incremental, asynchronous: no durability is claimed from it. (The WAL carries
         # only range deletes, or fsyncs every write with sync=True: nothing to smooth there.)
         opts.set_bytes_per_sync(1 << 20)
+        opts.set_use_direct_io_for_flush_and_compaction(self.direct_io)
         self.db: Rdict = Rdict(str(self.path), opts)
         self._sync = sync
         self._write_opts = WriteOptions()

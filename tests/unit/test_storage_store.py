@@ -6,14 +6,17 @@ SIGKILLed node would, and the test reopens the store.
 
 from __future__ import annotations
 
+import errno
+import os
 import pathlib
+import random
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from storage.store import NodeStore
+from storage.store import NodeStore, supports_direct_io
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -141,5 +144,64 @@ def test_a_write_with_a_bad_argument_raises_and_the_process_lives(tmp_path: path
             store.write(b"not a batch")  # type: ignore[arg-type]
         store.put(b"k", b"v")
         assert store.db.get(b"k") == b"v"
+    finally:
+        store.close()
+
+
+def _logged_direct_io(path: pathlib.Path) -> str:
+    """What RocksDB's LOG says of the option (the store's own flag could disagree with what RocksDB got)."""
+    for line in (path / "LOG").read_text().splitlines():
+        if "Options.use_direct_io_for_flush_and_compaction:" in line:
+            return line.rsplit(":", 1)[1].strip()
+    raise AssertionError("option not in RocksDB's LOG")
+
+
+def test_flushes_bypass_the_page_cache_where_the_filesystem_allows(tmp_path: pathlib.Path) -> None:
+    supported = supports_direct_io(tmp_path)
+    assert not (tmp_path / ".direct-io-probe").exists()
+    store = NodeStore(tmp_path)
+    try:
+        assert store.direct_io is supported
+        assert _logged_direct_io(tmp_path) == ("1" if supported else "0")
+    finally:
+        store.close()
+    # Blobs flushed with O_DIRECT (unaligned sizes included) read back whole after a crash.
+    values = {f"k{i}".encode(): random.Random(i).randbytes(4096 * i + 1234) for i in range(1, 9)}
+    _crash_after(
+        tmp_path,
+        """
+        import random
+        batch = store.new_batch()
+        for i in range(1, 9):
+            batch.put(f"k{i}".encode(), random.Random(i).randbytes(4096 * i + 1234))
+        store.write(batch)
+        store.make_durable()
+        """,
+    )
+    assert _read(tmp_path, *values) == list(values.values())
+
+
+def test_direct_io_is_off_where_the_filesystem_refuses_it_or_when_asked(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_open = os.open
+
+    def refuse_o_direct(path: str, flags: int, *args: int) -> int:
+        if flags & getattr(os, "O_DIRECT", 0):
+            raise OSError(errno.EINVAL, "Invalid argument")  # what tmpfs before Linux 6.6 answers
+        return real_open(path, flags, *args)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "open", refuse_o_direct)
+        assert supports_direct_io(tmp_path) is False
+        store = NodeStore(tmp_path / "refused")
+    try:
+        assert store.direct_io is False
+        assert _logged_direct_io(tmp_path / "refused") == "0"
+    finally:
+        store.close()
+    store = NodeStore(tmp_path / "off", direct_io=False)
+    try:
+        assert (store.direct_io, _logged_direct_io(tmp_path / "off")) == (False, "0")
     finally:
         store.close()
