@@ -283,11 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="txbroker-bench-copier-")))
-        cluster = stack.enter_context(BenchCluster(tmp))
-        for path in cluster.paths:  # the short timers the rebalance phase uses
-            head, sep, tail = path.read_text().partition("[[nodes]]")
-            extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in CLUSTER_OVERRIDES.items())
-            path.write_text(head + extra + "\n" + sep + tail)
+        # the rebalance phase's short timers
+        cluster = stack.enter_context(BenchCluster(tmp, settings=CLUSTER_OVERRIDES))
         cluster.start()
         res = run_copier_bench(
             cluster.live_urls(),

@@ -86,17 +86,7 @@ class LocalCluster:
             from dataclasses import replace
 
             self.configs = [replace(c, **config_overrides) for c in self.configs]
-        self.paths = write_configs(self.configs, directory)
-        if config_overrides:
-            # write_configs renders only the standard keys; append the overrides.
-            for p in self.paths:
-                with p.open("r+") as f:
-                    text = f.read()
-                    head, sep, tail = text.partition("[[nodes]]")
-                    extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in config_overrides.items())
-                    f.seek(0)
-                    f.write(head + extra + "\n" + sep + tail)
-                    f.truncate()
+        self.paths = write_configs(self.configs, directory)  # renders every setting off its default
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.logs: dict[int, Any] = {}
 
