@@ -71,7 +71,6 @@ from .bench import (
     http_json,
     machine_info,
     node_settings_or_exit,
-    parse_node_settings,
     pct,
     self_cpu,
     wait_for,
@@ -753,11 +752,13 @@ def _check_disk_space(opts: argparse.Namespace) -> None:
     print(f"warning: {msg}", file=sys.stderr)
 
 
-def run_txn_bench(opts: argparse.Namespace) -> dict[str, Any]:
-    """Every selected part on one fresh cluster; returns the report (errors per part, not raised)."""
+def run_txn_bench(opts: argparse.Namespace, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every selected part on one fresh cluster; returns the report (errors per part, not raised).
+
+    ``settings``: node settings off their defaults (``--node-setting``, parsed by ``main``).
+    """
     report: dict[str, Any] = {}
     _check_disk_space(opts)
-    settings = parse_node_settings(opts.node_setting)
     with (
         tempfile.TemporaryDirectory(prefix="txbroker-bench-txn-") as tmp,
         BenchCluster(Path(tmp), settings=settings) as cluster,
@@ -798,9 +799,9 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m cluster.bench_txn", description=__doc__.splitlines()[0])
     add_arguments(ap)
     opts = ap.parse_args(argv)
-    node_settings_or_exit(ap, opts)
+    settings = node_settings_or_exit(ap, opts)
     report = {"command": "python -m cluster.bench_txn " + " ".join(argv), "machine": machine_info(),
-              **run_txn_bench(opts)}  # fmt: skip
+              **run_txn_bench(opts, settings)}  # fmt: skip
     print(json.dumps(report, indent=2))
     return 0 if not any("error" in v for v in report.values() if isinstance(v, dict)) else 1
 

@@ -139,6 +139,13 @@ def _append_entries(transport: _RecordingTransport) -> list[dict[str, Any]]:
     return [m for _, m in transport.sent if isinstance(m, dict) and m.get("type") == "append_entries"]
 
 
+def _acked_by(so: _Coalescing, transport: _RecordingTransport, follower: Any) -> tuple[int, int]:
+    """The follower acknowledges the leader's whole log: (that index, AppendEntries sent so far)."""
+    index: int = so._SyncObj__getCurrentLogIndex()
+    so._SyncObj__raftMatchIndex[follower] = index
+    return index, len(_append_entries(transport))
+
+
 def test_queued_commands_go_out_in_one_append_entries_per_drain() -> None:
     patches.apply()
     transport = _RecordingTransport()
@@ -213,9 +220,7 @@ def test_a_lazy_group_announces_a_lone_commit_with_the_next_heartbeat(delay: flo
         results: list[Any] = []
         so.put(b"lone", callback=lambda res, err: results.append(res))
         so.doTick(0.0)
-        index = so._SyncObj__getCurrentLogIndex()
-        so._SyncObj__raftMatchIndex[follower] = index
-        sent = len(_append_entries(transport))
+        index, sent = _acked_by(so, transport, follower)
         so.doTick(0.0)
         assert results == [b"lone"], "the leader's commit and apply are not delayed"
         assert len(_append_entries(transport)) == sent, "a round only to announce the commit"
@@ -238,9 +243,7 @@ def test_a_trickle_group_announces_a_lone_commit_with_the_next_write_or_after_th
         results: list[Any] = []
         so.put(b"one", callback=lambda res, err: results.append(res))
         so.doTick(0.0)
-        first = so._SyncObj__getCurrentLogIndex()
-        so._SyncObj__raftMatchIndex[follower] = first
-        sent = len(_append_entries(transport))
+        first, sent = _acked_by(so, transport, follower)
         so.doTick(0.0)
         assert results == [b"one"], "the leader's commit and apply are not delayed"
         assert len(_append_entries(transport)) == sent, "no round only to announce the commit"
@@ -251,9 +254,7 @@ def test_a_trickle_group_announces_a_lone_commit_with_the_next_write_or_after_th
         appends = _append_entries(transport)[sent:]
         assert [(m["commit_index"], len(m["entries"])) for m in appends] == [(first, 1)]
         # Nothing follows the second: after the delay, a round announces it.
-        second = so._SyncObj__getCurrentLogIndex()
-        so._SyncObj__raftMatchIndex[follower] = second
-        sent = len(_append_entries(transport))
+        second, sent = _acked_by(so, transport, follower)
         so.doTick(0.0)
         assert results == [b"one", b"two"] and len(_append_entries(transport)) == sent
         assert so._SyncObj__newAppendEntriesTime <= monotonic() + 5.0, "the announcement is due within the delay"
