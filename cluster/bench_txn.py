@@ -56,9 +56,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
+
+import aiohttp
 
 from clients.aio import AsyncConsumer
 from clients.aio.producer import AsyncProducer
@@ -104,6 +106,7 @@ async def _send_window(
     transactional: bool,
     nodes_cpu: Callable[[], float] = lambda: 0.0,
     flush_only: bool = False,
+    after_flush: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
     """One window of ``opts.window`` s of full-speed sends; records/s acknowledged after ``opts.window_warmup`` s.
 
@@ -132,6 +135,8 @@ async def _send_window(
                 await p.commit_transaction()
             else:
                 await p.flush()  # what a commit does first, without the transaction
+                if after_flush is not None:
+                    await after_flush()
             done = time.monotonic()
             if a0 >= 0:
                 commits.append((done - now) * 1000)
@@ -148,6 +153,43 @@ async def _send_window(
     if transactional or flush_only:
         out["commit_ms"] = commits  # how long each commit (or flush) blocked the sending loop
     return out
+
+
+class _OneWrite:
+    """The floor control's "commit": one OffsetCommit sent straight to its group coordinator.
+
+    It is one HTTP round trip and one replicated write on a Raft group of its
+    own, which is what a commit protocol whose markers ride on the next
+    transaction's batches would still cost (docs/pipelined-transactions.md,
+    "Session 14").
+    """
+
+    _GROUP = "bench-one-write-floor"
+
+    def __init__(self, urls: list[str]) -> None:
+        self._urls = urls
+        self._session: aiohttp.ClientSession | None = None
+        self._url = ""
+        self._n = 0
+
+    async def __aenter__(self) -> _OneWrite:
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        async with self._session.get(f"{self._urls[0]}/v1/coordinators/group/{self._GROUP}") as r:
+            r.raise_for_status()
+            self._url = str((await r.json())["url"])
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def commit(self) -> None:
+        assert self._session is not None
+        self._n += 1
+        body = {"offsets": [{"topic": "bench-one-write", "partition": 0, "offset": self._n}]}
+        async with self._session.post(f"{self._url}/v1/groups/{self._GROUP}/offsets", json=body) as r:
+            if r.status != 200:
+                raise RuntimeError(f"the floor control's offset commit failed: {r.status} {await r.text()}")
 
 
 def _bootstrap_95(rounds: list[_Row], stat: Callable[[list[_Row]], float]) -> list[float]:
@@ -173,18 +215,23 @@ async def produce_comparison(
     the ratio an overhead of 0 would show on this machine (the noise floor).
     A third idempotent producer flushes every ``commit_interval_ms`` (``flush_only``): the part of the
     overhead that a commit's flush costs by itself, transaction or not.
-    Both ratios come with a 95 % bootstrap interval over the rounds.
+    A fourth (``--floor-control``, the default) flushes and then sends one
+    offset commit to its group coordinator (``_OneWrite``): one round trip and
+    one replicated write per commit, the least any commit protocol could cost.
+    The ratios come with a 95 % bootstrap interval over the rounds.
     ``nodes_cpu_us_per_record`` is the node processes' CPU per acknowledged
     record: the broker's own cost of a transactional record, steadier than
     throughput on a shared machine.
     """
     value = os.urandom(opts.record_size)
     modes = ["idempotent", "transactional"] + (["control"] if opts.aa_control else []) + ["flushing"]
+    modes += ["one_write"] if opts.floor_control else []
     topic = {"idempotent": "bench-idempotent", "transactional": "bench-transactional", "control": "bench-control",
-             "flushing": "bench-flushing"}  # fmt: skip
+             "flushing": "bench-flushing", "one_write": "bench-one-write"}  # fmt: skip
     kw: dict[str, Any] = {"linger_ms": opts.linger_ms, "buffer_memory": opts.buffer_memory}
     windows: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     async with contextlib.AsyncExitStack() as stack:
+        one_write = await stack.enter_async_context(_OneWrite(urls)) if opts.floor_control else None
         prods: dict[str, AsyncProducer] = {}
         for m in modes:
             tid = "bench-txn-produce" if m == "transactional" else None
@@ -203,7 +250,8 @@ async def produce_comparison(
                         opts,
                         transactional=m == "transactional",
                         nodes_cpu=nodes_cpu,
-                        flush_only=m == "flushing",
+                        flush_only=m in ("flushing", "one_write"),
+                        after_flush=one_write.commit if m == "one_write" and one_write is not None else None,
                     )
                 )
         await prods["transactional"].commit_transaction()
@@ -280,6 +328,16 @@ async def produce_comparison(
     # magnifies the per-commit cost above the machine's noise: --commit-interval-ms 25).
     out["nodes_cpu_ms_per_commit"] = per_commit_ms("transactional")
     out["records_per_commit"] = round(sum(int(w["records"]) for w in windows["transactional"]) / max(1, len(commits)))
+    if opts.floor_control:
+        floor = rate(windows["one_write"]) / rate(windows["idempotent"])
+        out["one_write_floor"] = {
+            "nodes_cpu_ms_per_commit": per_commit_ms("one_write"),
+            "ratio_of_totals": round(floor, 3),
+            "ratio_95pct_interval": interval("one_write"),
+            "cpu_ratio": round(cpu_ratio(windows["one_write"], windows["idempotent"]), 3),
+            "cpu_ratio_95pct_interval": interval("one_write", cpu_ratio),
+            "commit_ms_p50": _pct([c for w in windows["one_write"] for c in w["commit_ms"]], 50),
+        }
     flushing = rate(windows["flushing"]) / rate(windows["idempotent"])
     out["flush_only"] = {
         "nodes_cpu_ms_per_flush": per_commit_ms("flushing"),
@@ -712,6 +770,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=True,
         help="produce part: also a second idempotent producer, the noise floor of the ratio",
     )
+    p.add_argument(
+        "--floor-control",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="produce part: also an idempotent producer whose commit is a flush, then one offset commit (one "
+        "round trip and one replicated write): what the least a commit protocol could do costs",
+    )
     p.add_argument("--warmup", type=float, default=2.0)
     p.add_argument("--record-size", type=int, default=1024)
     p.add_argument("--partitions", type=int, default=3)
@@ -740,7 +805,7 @@ def _check_disk_space(opts: argparse.Namespace) -> None:
     """Refuse a produce part the temporary directory cannot hold (``--allow-disk-short`` runs it anyway)."""
     if "produce" not in opts.only:
         return
-    modes = 3 + bool(opts.aa_control)
+    modes = 3 + bool(opts.aa_control) + bool(opts.floor_control)
     need = opts.produce_windows * modes * opts.window * _PRODUCE_BYTES_PER_S
     free = shutil.disk_usage(tempfile.gettempdir()).free
     if free >= 1.2 * need:
@@ -765,8 +830,8 @@ def run_txn_bench(opts: argparse.Namespace, settings: dict[str, Any] | None = No
     ):
         cluster.start()
         urls = [c.url for c in cluster.configs]
-        topics = ("bench-idempotent", "bench-transactional", "bench-control", "bench-flushing", "bench-aborted-10pct",
-                  "bench-visible", "bench-cycle", "bench-chain")  # fmt: skip
+        topics = ("bench-idempotent", "bench-transactional", "bench-control", "bench-flushing", "bench-one-write",
+                  "bench-aborted-10pct", "bench-visible", "bench-cycle", "bench-chain")  # fmt: skip
         for t in topics:
             cluster.create_topic(t, opts.partitions)
         # Every topic led by its preferred replicas (one leader per node) before anything is measured: the

@@ -1,0 +1,35 @@
+"""``txbroker bench txn``'s produce part runs end to end on one short round (numbers in BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cluster.bench_txn import main
+
+pytestmark = pytest.mark.integration
+
+
+def test_produce_part_compares_every_mode_and_the_floor_control_commits(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--only", "produce", "--produce-windows", "1", "--window", "1.6", "--window-warmup", "0.3"]
+    assert main(argv) == 0
+    res = json.loads(capsys.readouterr().out)["produce"]
+    assert res["leader_changes_seen_by_nodes"] == 0
+    # Every mode acknowledged records in its window, and the transactional one committed every ~100 ms.
+    for mode in ("idempotent", "transactional", "control", "flushing", "one_write"):
+        assert res["nodes_cpu_us_per_record"][mode] > 0, mode
+    assert res["commits"] >= 5 and res["transactional_records_per_s"] > 0
+    # The floor control's commit is a flush plus one offset commit: it blocked the loop, and its ratio exists.
+    floor = res["one_write_floor"]
+    assert floor["commit_ms_p50"] > 0
+    assert 0 < floor["ratio_of_totals"] < 10 and 0 < floor["cpu_ratio"] < 10
+
+
+def test_the_floor_control_can_be_left_out(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--only", "produce", "--produce-windows", "1", "--window", "1.2", "--window-warmup", "0.2",
+            "--no-floor-control", "--no-aa-control"]  # fmt: skip
+    assert main(argv) == 0
+    res = json.loads(capsys.readouterr().out)["produce"]
+    assert "one_write_floor" not in res and "aa_control" not in res
+    assert "one_write" not in res["nodes_cpu_us_per_record"]
