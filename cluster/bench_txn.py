@@ -328,34 +328,29 @@ async def produce_comparison(
     # magnifies the per-commit cost above the machine's noise: --commit-interval-ms 25).
     out["nodes_cpu_ms_per_commit"] = per_commit_ms("transactional")
     out["records_per_commit"] = round(sum(int(w["records"]) for w in windows["transactional"]) / max(1, len(commits)))
+
+    def versus_idempotent(m: str) -> dict[str, Any]:
+        """Mode ``m`` against the idempotent producer: throughput and CPU ratios, each with its interval."""
+        return {
+            "ratio_of_totals": round(rate(windows[m]) / rate(windows["idempotent"]), 3),
+            "ratio_95pct_interval": interval(m),
+            "cpu_ratio": round(cpu_ratio(windows[m], windows["idempotent"]), 3),
+            "cpu_ratio_95pct_interval": interval(m, cpu_ratio),
+        }
+
     if opts.floor_control:
-        floor = rate(windows["one_write"]) / rate(windows["idempotent"])
         out["one_write_floor"] = {
             "nodes_cpu_ms_per_commit": per_commit_ms("one_write"),
-            "ratio_of_totals": round(floor, 3),
-            "ratio_95pct_interval": interval("one_write"),
-            "cpu_ratio": round(cpu_ratio(windows["one_write"], windows["idempotent"]), 3),
-            "cpu_ratio_95pct_interval": interval("one_write", cpu_ratio),
+            **versus_idempotent("one_write"),
             "commit_ms_p50": _pct([c for w in windows["one_write"] for c in w["commit_ms"]], 50),
         }
-    flushing = rate(windows["flushing"]) / rate(windows["idempotent"])
     out["flush_only"] = {
         "nodes_cpu_ms_per_flush": per_commit_ms("flushing"),
-        "ratio_of_totals": round(flushing, 3),
-        "ratio_95pct_interval": interval("flushing"),
-        "cpu_ratio": round(cpu_ratio(windows["flushing"], windows["idempotent"]), 3),
-        "cpu_ratio_95pct_interval": interval("flushing", cpu_ratio),
+        **versus_idempotent("flushing"),
         "transactional_vs_flushing": round(rate(windows["transactional"]) / rate(windows["flushing"]), 3),
     }
     if opts.aa_control:
-        control = rate(windows["control"]) / rate(windows["idempotent"])
-        out["aa_control"] = {
-            "ratio_of_totals": round(control, 3),
-            "ratio_95pct_interval": interval("control"),
-            "ratio_per_window_pair": per_window("control"),
-            "cpu_ratio": round(cpu_ratio(windows["control"], windows["idempotent"]), 3),
-            "cpu_ratio_95pct_interval": interval("control", cpu_ratio),
-        }
+        out["aa_control"] = {**versus_idempotent("control"), "ratio_per_window_pair": per_window("control")}
         # Both idempotent producers are the same baseline: pooling them halves the baseline's share of the noise.
         rounds = list(zip(windows["transactional"], windows["idempotent"], windows["control"], strict=True))
 
