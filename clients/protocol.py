@@ -130,6 +130,9 @@ class ErrorCode(enum.Enum):
     PRODUCER_FENCED = (90, 409, False)
     TRANSACTIONAL_ID_NOT_FOUND = (105, 404, False)
     TRANSACTION_ABORTABLE = (120, 409, False)
+    # Not a Kafka error: a carried marker's reservation was revoked on this partition
+    # (docs/carried-markers.md); the producer resends the batch without it, through verification.
+    TRANSACTION_RESERVATION_REVOKED = (10_011, 409, True)
 
     @property
     def code(self) -> int:

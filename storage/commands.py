@@ -13,9 +13,15 @@ Layouts (big-endian)::
     DELETE_RECORDS  0x03 | before_offset i64   (-1 = the high watermark)
     TXN_MARKER      0x04 | producer_id i64 | producer_epoch i16 | coordinator_epoch i32
                          | control_type u8 (COMMIT 0, ABORT 1) | timestamp_ms i64
+    CARRIED_APPEND  0x05 | the TXN_MARKER fields | record batch
+    REVOKE_MARKER   0x06 | the TXN_MARKER fields
 
 TXN_MARKER is Kafka's WriteTxnMarkers for one partition: it closes the
 producer's open transaction here with a COMMIT/ABORT control batch.
+CARRIED_APPEND is a marker and the producer's next transactional batch in one
+entry (its ``timestamp_ms`` is also the batch's log append time); REVOKE_MARKER
+is a marker that also revokes the reservation of its epoch here
+(docs/carried-markers.md).
 """
 
 from __future__ import annotations
@@ -29,17 +35,22 @@ from clients.protocol import BrokerError, ControlType, ErrorCode
 __all__ = [
     "AppendCommand",
     "AppendResult",
+    "CarriedAppendCommand",
     "CommandType",
     "DeleteRecordsCommand",
     "NoopCommand",
     "RetentionCommand",
     "RetentionResult",
+    "RevokeMarkerCommand",
+    "RevokeResult",
     "TxnMarkerCommand",
     "TxnMarkerResult",
     "decode_command",
     "encode_append",
+    "encode_carried_append",
     "encode_delete_records",
     "encode_retention",
+    "encode_revoke_marker",
     "encode_txn_marker",
 ]
 
@@ -52,6 +63,8 @@ class CommandType(enum.IntEnum):
     RETENTION = 0x02
     DELETE_RECORDS = 0x03
     TXN_MARKER = 0x04
+    CARRIED_APPEND = 0x05
+    REVOKE_MARKER = 0x06
 
 
 _I64 = struct.Struct(">q")
@@ -102,6 +115,20 @@ class TxnMarkerResult:
 
 
 @dataclass(frozen=True, slots=True)
+class RevokeResult:
+    """Outcome of an applied REVOKE_MARKER.
+
+    ``used``: the producer's transaction of the marker's epoch is already open
+    here (a carried marker or a verified batch opened it), so nothing was
+    written and the partition belongs to that transaction. Otherwise
+    ``marker`` is what the marker did, and the reservation is revoked.
+    """
+
+    used: bool
+    marker: TxnMarkerResult | None
+
+
+@dataclass(frozen=True, slots=True)
 class NoopCommand:
     """The Raft barrier a new leader commits before serving."""
 
@@ -142,7 +169,30 @@ class TxnMarkerCommand:
     timestamp_ms: int
 
 
-Command = NoopCommand | AppendCommand | RetentionCommand | DeleteRecordsCommand | TxnMarkerCommand
+@dataclass(frozen=True, slots=True)
+class CarriedAppendCommand:
+    """A marker and the same producer's first batch of its next transaction (epoch = the marker's)."""
+
+    marker: TxnMarkerCommand
+    batch: memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeMarkerCommand:
+    """A marker that also revokes the reservation of its epoch (unless that transaction is open here)."""
+
+    marker: TxnMarkerCommand
+
+
+Command = (
+    NoopCommand
+    | AppendCommand
+    | RetentionCommand
+    | DeleteRecordsCommand
+    | TxnMarkerCommand
+    | CarriedAppendCommand
+    | RevokeMarkerCommand
+)
 
 
 def encode_append(batch: bytes, timestamp_ms: int) -> bytes:
@@ -174,11 +224,28 @@ def encode_txn_marker(
     Raises ``ValueError`` for fields no partition could accept (the caller's bug).
     """
     cmd = TxnMarkerCommand(producer_id, producer_epoch, coordinator_epoch, ControlType(control_type), timestamp_ms)
+    return _encode_marker(CommandType.TXN_MARKER, cmd)
+
+
+def encode_carried_append(marker: TxnMarkerCommand, batch: bytes) -> bytes:
+    """CARRIED_APPEND: ``marker``, then ``batch`` with the marker's timestamp as its log append time.
+
+    Raises ``ValueError`` for marker fields no partition could accept (the caller's bug).
+    """
+    return _encode_marker(CommandType.CARRIED_APPEND, marker) + batch
+
+
+def encode_revoke_marker(marker: TxnMarkerCommand) -> bytes:
+    """REVOKE_MARKER: ``marker``, revoking the reservation of its epoch here."""
+    return _encode_marker(CommandType.REVOKE_MARKER, marker)
+
+
+def _encode_marker(kind: CommandType, cmd: TxnMarkerCommand) -> bytes:
     problem = _marker_problem(cmd)
     if problem is not None:
         raise ValueError(problem)
-    return bytes((CommandType.TXN_MARKER,)) + _TXN_MARKER.pack(
-        producer_id, producer_epoch, coordinator_epoch, int(control_type), timestamp_ms
+    return bytes((kind,)) + _TXN_MARKER.pack(
+        cmd.producer_id, cmd.producer_epoch, cmd.coordinator_epoch, int(cmd.control_type), cmd.timestamp_ms
     )
 
 
@@ -192,8 +259,8 @@ def _marker_problem(cmd: TxnMarkerCommand) -> str | None:
     return None
 
 
-def _decode_txn_marker(mv: memoryview) -> TxnMarkerCommand:
-    if len(mv) != 1 + _TXN_MARKER.size:
+def _decode_txn_marker(mv: memoryview, *, exact: bool = True) -> TxnMarkerCommand:
+    if len(mv) < 1 + _TXN_MARKER.size or (exact and len(mv) != 1 + _TXN_MARKER.size):
         raise BrokerError(ErrorCode.INVALID_REQUEST, "bad TXN_MARKER command length")
     pid, epoch, coordinator_epoch, ctype, ts = _TXN_MARKER.unpack_from(mv, 1)
     try:
@@ -229,6 +296,10 @@ def decode_command(command: bytes) -> Command:
             return DeleteRecordsCommand(_I64.unpack_from(mv, 1)[0])
         if kind == CommandType.TXN_MARKER:
             return _decode_txn_marker(mv)
+        if kind == CommandType.CARRIED_APPEND:
+            return CarriedAppendCommand(_decode_txn_marker(mv, exact=False), mv[1 + _TXN_MARKER.size :])
+        if kind == CommandType.REVOKE_MARKER:
+            return RevokeMarkerCommand(_decode_txn_marker(mv))
     except struct.error as exc:
         raise BrokerError(ErrorCode.INVALID_REQUEST, f"truncated command of type {kind}") from exc
     raise BrokerError(ErrorCode.INVALID_REQUEST, f"unknown command type {kind:#04x}")

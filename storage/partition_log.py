@@ -57,10 +57,13 @@ from clients.protocol import (
 from storage.commands import (
     AppendCommand,
     AppendResult,
+    CarriedAppendCommand,
     DeleteRecordsCommand,
     NoopCommand,
     RetentionCommand,
     RetentionResult,
+    RevokeMarkerCommand,
+    RevokeResult,
     TxnMarkerCommand,
     TxnMarkerResult,
     decode_command,
@@ -81,6 +84,8 @@ from storage.log_format import (
     offset_key_suffix,
 )
 from storage.producer_state import (
+    CarriedMarkerAction,
+    EndTxnOutcome,
     ProducerStateEntry,
     ProducerStateManager,
     decode_entry,
@@ -107,7 +112,7 @@ _END_OF_PAIRS = 0xFFFFFFFF
 _RESTORE_BATCH_BYTES = 4 * 1024 * 1024
 _U64 = struct.Struct(">Q")
 
-ApplyResult = AppendResult | RetentionResult | TxnMarkerResult | BrokerError | None
+ApplyResult = AppendResult | RetentionResult | TxnMarkerResult | RevokeResult | BrokerError | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,6 +385,10 @@ class PartitionLog:
                 return self._apply_delete_records(index, cmd)
             if isinstance(cmd, TxnMarkerCommand):
                 return self._apply_txn_marker(index, cmd)
+            if isinstance(cmd, CarriedAppendCommand):
+                return self._apply_carried_append(index, cmd)
+            if isinstance(cmd, RevokeMarkerCommand):
+                return self._apply_txn_marker(index, cmd.marker, revoke=True)
             assert isinstance(cmd, NoopCommand)
             self._record_index(index)
             return None
@@ -410,7 +419,6 @@ class PartitionLog:
         if err is not None:
             return self._reject(index, err)
         meta = self._meta
-        base = meta.next_offset
         entry: ProducerStateEntry | None = None
         if header.is_idempotent:
             info = self._producers.prepare_append(header.producer_id, state_may_be_lost=meta.state_may_be_lost)
@@ -421,7 +429,17 @@ class PartitionLog:
             err = info.validate(header)
             if err is not None:
                 return self._reject(index, err)
-            entry = info.append(header, base, cmd.log_append_time)
+            entry = info.append(header, meta.next_offset, cmd.log_append_time)
+        wb = self._store.new_batch()
+        new_meta, result = self._stage_append(wb, replace(meta, last_applied=index), header, cmd, entry)
+        self._commit(wb, new_meta, entry)
+        return result
+
+    def _stage_append(
+        self, wb: WriteBatch, meta: LogMeta, header: BatchHeader, cmd: AppendCommand, entry: ProducerStateEntry | None
+    ) -> tuple[LogMeta, AppendResult]:
+        """Put the batch at ``meta.next_offset`` (and ``entry``, the producer's after it) into ``wb``."""
+        base = meta.next_offset
         last = base + header.record_count - 1
         first_unstable = meta.first_unstable_offset
         if first_unstable is None and entry is not None:
@@ -429,38 +447,61 @@ class PartitionLog:
         new_meta = replace(
             meta,
             next_offset=last + 1,
-            last_applied=index,
             size_bytes=meta.size_bytes + len(cmd.batch),
             batch_count=meta.batch_count + 1,
             first_unstable_offset=first_unstable,
         )
-        wb = self._store.new_batch()
         wb.put(
             self._batch_key(base),
             b"".join((encode_stored_batch_header(base, cmd.log_append_time), cmd.batch)),
         )
         if entry is not None:
             wb.put(self._producer_key(entry.producer_id), encode_entry(entry))
+        return new_meta, AppendResult(base, last, cmd.log_append_time, False)
+
+    def _commit(
+        self, wb: WriteBatch, new_meta: LogMeta, entry: ProducerStateEntry | None, aborted: AbortedTxn | None = None
+    ) -> None:
+        """Write ``wb`` with ``new_meta``, then publish: readers must never see an HW ahead of RocksDB."""
         wb.put(self._meta_key, encode_meta(new_meta))
         self._store.write(wb)
-        # Publish only after the write: readers must never see an HW ahead of RocksDB.
         if entry is not None:
             self._producers.update(entry)
+        if aborted is not None:
+            self._last_aborted_offset = aborted.last_offset
         self._meta = new_meta
-        return AppendResult(base, last, cmd.log_append_time, False)
 
-    def _apply_txn_marker(self, index: int, cmd: TxnMarkerCommand) -> ApplyResult:
-        """WriteTxnMarkers for this partition (kafka_txn.md §4.3, §7.1-7.3; rules in storage.producer_state)."""
+    def _apply_txn_marker(self, index: int, cmd: TxnMarkerCommand, *, revoke: bool = False) -> ApplyResult:
+        """WriteTxnMarkers for this partition (kafka_txn.md §4.3, §7.1-7.3; rules in storage.producer_state).
+
+        ``revoke``: a REVOKE_MARKER -- also revokes the reservation of its epoch, unless the transaction
+        of that epoch is open here already (then nothing is written: "used"; docs/carried-markers.md).
+        """
         meta = self._meta
-        pid = cmd.producer_id
-        info = self._producers.prepare_append(pid, state_may_be_lost=meta.state_may_be_lost)
+        info = self._producers.prepare_append(cmd.producer_id, state_may_be_lost=meta.state_may_be_lost)
+        if revoke and info.current is not None and info.current.txn_open_at(cmd.producer_epoch):
+            self._record_index(index)
+            return RevokeResult(used=True, marker=None)
         err = info.validate_marker(cmd.producer_epoch, cmd.coordinator_epoch)
         if err is not None:
             return self._reject(index, err)
-        outcome = info.end_txn(cmd.producer_epoch, cmd.coordinator_epoch, cmd.timestamp_ms)
-        first = outcome.closed_txn_first_offset
+        outcome = (info.revoke if revoke else info.end_txn)(cmd.producer_epoch, cmd.coordinator_epoch, cmd.timestamp_ms)
         wb = self._store.new_batch()
-        new_meta = replace(meta, last_applied=index)
+        new_meta, aborted, result = self._stage_marker(wb, replace(meta, last_applied=index), cmd, outcome)
+        self._commit(wb, new_meta, outcome.entry, aborted)
+        return RevokeResult(used=False, marker=result) if revoke else result
+
+    def _stage_marker(
+        self, wb: WriteBatch, meta: LogMeta, cmd: TxnMarkerCommand, outcome: EndTxnOutcome
+    ) -> tuple[LogMeta, AbortedTxn | None, TxnMarkerResult]:
+        """Put the marker's control batch (if it closes a transaction) and the producer's new entry into ``wb``.
+
+        The producer manager is not updated yet (``_commit`` does): the first unstable offset is computed
+        without this producer, which the marker leaves with no open transaction here.
+        """
+        pid = cmd.producer_id
+        first = outcome.closed_txn_first_offset
+        new_meta = meta
         offset: int | None = None
         aborted: AbortedTxn | None = None
         if first is not None:
@@ -475,7 +516,7 @@ class PartitionLog:
                 timestamp=cmd.timestamp_ms,
             )
             new_meta = replace(
-                new_meta,
+                meta,
                 next_offset=offset + 1,
                 size_bytes=meta.size_bytes + len(batch),
                 batch_count=meta.batch_count + 1,
@@ -488,13 +529,51 @@ class PartitionLog:
                 )
                 wb.put(self._aborted_key(offset), encode_aborted_txn(aborted))
         wb.put(self._producer_key(pid), encode_entry(outcome.entry))
-        wb.put(self._meta_key, encode_meta(new_meta))
-        self._store.write(wb)
-        self._producers.update(outcome.entry)
-        if aborted is not None:
-            self._last_aborted_offset = aborted.last_offset
-        self._meta = new_meta
-        return TxnMarkerResult(cmd.control_type, offset, first, cmd.timestamp_ms)
+        return new_meta, aborted, TxnMarkerResult(cmd.control_type, offset, first, cmd.timestamp_ms)
+
+    def _apply_carried_append(self, index: int, cmd: CarriedAppendCommand) -> ApplyResult:
+        """A marker and the producer's next transactional batch in one entry (docs/carried-markers.md)."""
+        marker = cmd.marker
+        append = AppendCommand(marker.timestamp_ms, cmd.batch)
+        header = parse_batch(cmd.batch, verify=False)
+        if (
+            not header.is_transactional
+            or header.producer_id != marker.producer_id
+            or header.producer_epoch != marker.producer_epoch
+        ):
+            return self._reject(index, BrokerError(
+                ErrorCode.INVALID_REQUEST,
+                f"a carried marker of producer {marker.producer_id} epoch {marker.producer_epoch} needs a "
+                f"transactional batch of the same producer and epoch, got producer {header.producer_id} "
+                f"epoch {header.producer_epoch}",
+            ))  # fmt: skip
+        meta = self._meta
+        info = self._producers.prepare_append(marker.producer_id, state_may_be_lost=meta.state_may_be_lost)
+        action = info.carried_marker_action(marker.producer_epoch)
+        if action is CarriedMarkerAction.REFUSE:
+            return self._reject(index, BrokerError(
+                ErrorCode.TRANSACTION_RESERVATION_REVOKED,
+                f"producer {marker.producer_id}: the reservation of epoch {marker.producer_epoch} was revoked "
+                "on this partition; send the batch without its token",
+            ))  # fmt: skip
+        if action is CarriedMarkerAction.SKIP_MARKER:
+            return self._apply_append(index, append)
+        err = info.validate_marker(marker.producer_epoch, marker.coordinator_epoch)
+        if err is not None:
+            return self._reject(index, err)
+        outcome = info.end_txn(marker.producer_epoch, marker.coordinator_epoch, marker.timestamp_ms)
+        wb = self._store.new_batch()
+        new_meta, aborted, _ = self._stage_marker(wb, replace(meta, last_applied=index), marker, outcome)
+        batch_info = info.after_marker(outcome.entry)
+        err = batch_info.validate(header)
+        if err is not None:
+            # The marker is the coordinator's decision and stands on its own: it is written; the batch is not.
+            self._commit(wb, new_meta, outcome.entry, aborted)
+            return err
+        entry = batch_info.append(header, new_meta.next_offset, marker.timestamp_ms)
+        new_meta, result = self._stage_append(wb, new_meta, header, append, entry)
+        self._commit(wb, new_meta, entry, aborted)
+        return result
 
     def _delete_aborted_below(self, wb: WriteBatch, log_start_offset: int) -> None:
         """Drop index entries of transactions wholly below the log start (their batches are gone)."""

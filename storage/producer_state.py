@@ -11,8 +11,9 @@ Terms:
 * **ProducerStateEntry**: what the partition remembers of a pid: its epoch,
   the metadata of its last ``NUM_BATCHES_TO_RETAIN`` batches (the dedup
   window), the log append time of its last batch, the highest coordinator
-  epoch seen in its markers, and the first offset (and log append time) of its
-  open transaction on this partition.
+  epoch seen in its markers, the first offset (and log append time) of its
+  open transaction on this partition, and the highest epoch whose reservation
+  was revoked here (carried markers, below).
 * **open transaction**: transactional batches of a pid written here since its
   last COMMIT/ABORT marker. The first one opens it; the marker closes it.
 * **ProducerAppendInfo**: validates one batch or marker against one entry and
@@ -55,6 +56,17 @@ Markers (WriteTxnMarkers, §4.3, TV2 semantics as §12 recommends):
   coordinator epoch is recorded. A marker for an unknown pid creates the
   entry, so the fencing it carries is kept (``testProducerStateAfterFencingAbortMarker``).
 
+Carried markers (docs/carried-markers.md): a marker that rides on the
+producer's first batch of its next transaction (``carried_marker_action``):
+* a reservation revoked here for the marker's epoch or a later one: the whole
+  entry is refused (``TRANSACTION_RESERVATION_REVOKED``);
+* a transaction of the marker's epoch already open here: the marker is skipped
+  (it was carried before, or the batch's transaction was verified) and the
+  batch is an ordinary one;
+* otherwise the marker is applied as above, then the batch.
+A revoking marker (``revoke``) applies as a marker and records its epoch as
+revoked, unless the transaction of its epoch is open here already ("used").
+
 Idle time is measured with the *log append time* (leader clock, carried in the
 command), not the producer's record timestamps, so a producer with a skewed
 clock can neither pin nor lose its state.
@@ -67,6 +79,7 @@ the open-transaction map is replaced, never mutated).
 
 from __future__ import annotations
 
+import enum
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -80,6 +93,7 @@ __all__ = [
     "MAX_SEQUENCE",
     "NUM_BATCHES_TO_RETAIN",
     "BatchMetadata",
+    "CarriedMarkerAction",
     "EndTxnOutcome",
     "ProducerAppendInfo",
     "ProducerStateEntry",
@@ -120,6 +134,7 @@ class ProducerStateEntry:
     coordinator_epoch: int = -1
     current_txn_first_offset: int | None = None
     current_txn_start_time: int | None = None
+    revoked_epoch: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -140,6 +155,10 @@ class ProducerStateEntry:
                 return meta
         return None
 
+    def txn_open_at(self, epoch: int) -> bool:
+        """Whether this producer's transaction of ``epoch`` is open here."""
+        return self.current_txn_first_offset is not None and self.producer_epoch == epoch
+
     def is_expired(self, now_ms: int, expiration_ms: int) -> bool:
         """Idle for longer than ``expiration_ms`` and no transaction open here (rule 9)."""
         return (
@@ -147,6 +166,14 @@ class ProducerStateEntry:
             and self.current_txn_first_offset is None
             and now_ms - self.last_timestamp > expiration_ms
         )
+
+
+class CarriedMarkerAction(enum.Enum):
+    """What a carried marker does (module docstring, "Carried markers")."""
+
+    REFUSE = "refuse"  # the reservation of its epoch was revoked here
+    SKIP_MARKER = "skip_marker"  # the transaction of its epoch is open here: append the batch alone
+    APPLY_MARKER = "apply_marker"  # the marker (validated as any marker), then the batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,8 +234,7 @@ class ProducerAppendInfo:
         if epoch == cur.producer_epoch and not in_sequence(cur.last_seq, first_seq):
             return BrokerError(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                f"producer {pid} epoch {epoch}: expected sequence "
-                f"{cur.next_seq}, got {first_seq}",
+                f"producer {pid} epoch {epoch}: expected sequence {cur.next_seq}, got {first_seq}",
             )
         return self._validate_txn_state(header, cur)
 
@@ -259,6 +285,18 @@ class ProducerAppendInfo:
             entry = replace(entry, current_txn_first_offset=base_offset, current_txn_start_time=log_append_time)
         return entry
 
+    def carried_marker_action(self, marker_epoch: int) -> CarriedMarkerAction:
+        cur = self.current
+        if cur is not None and cur.revoked_epoch >= marker_epoch:
+            return CarriedMarkerAction.REFUSE
+        if cur is not None and cur.txn_open_at(marker_epoch):
+            return CarriedMarkerAction.SKIP_MARKER
+        return CarriedMarkerAction.APPLY_MARKER
+
+    def after_marker(self, entry: ProducerStateEntry) -> ProducerAppendInfo:
+        """The info to validate the carried batch with, once its marker made ``entry``."""
+        return replace(self, current=entry)
+
     def validate_marker(self, producer_epoch: int, coordinator_epoch: int) -> BrokerError | None:
         """The error for a COMMIT/ABORT marker (see "Markers" in the module docstring), or None."""
         cur = self.current
@@ -298,6 +336,12 @@ class ProducerAppendInfo:
             current_txn_start_time=None,
         )
         return EndTxnOutcome(entry, cur.current_txn_first_offset)
+
+    def revoke(self, producer_epoch: int, coordinator_epoch: int, timestamp: int) -> EndTxnOutcome:
+        """A revoking marker that was not used (call after ``validate_marker``): ``end_txn``, and the epoch revoked."""
+        outcome = self.end_txn(producer_epoch, coordinator_epoch, timestamp)
+        entry = replace(outcome.entry, revoked_epoch=max(outcome.entry.revoked_epoch, producer_epoch))
+        return EndTxnOutcome(entry, outcome.closed_txn_first_offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,18 +430,20 @@ class ProducerStateManager:
 # On-disk encoding of one entry
 # --------------------------------------------------------------------------
 
-ENTRY_VERSION = 2
+ENTRY_VERSION = 3
 # version, producer_id, epoch, coordinator_epoch, last_timestamp,
-# current_txn_first_offset (-1 = None), [v2: current_txn_start_time (-1 = None)], batch count
+# current_txn_first_offset (-1 = None), [v2: current_txn_start_time (-1 = None)],
+# [v3: revoked_epoch (-1 = none)], batch count
 _ENTRY_HEAD_V1 = struct.Struct(">Bqhiqqb")
-_ENTRY_HEAD = struct.Struct(">Bqhiqqqb")
+_ENTRY_HEAD_V2 = struct.Struct(">Bqhiqqqb")
+_ENTRY_HEAD = struct.Struct(">Bqhiqqqhb")
 # first_seq, last_seq, base_offset, last_offset, log_append_time
 _ENTRY_BATCH = struct.Struct(">iiqqq")
 _CRC = struct.Struct(">I")
 
 
 def encode_entry(entry: ProducerStateEntry) -> bytes:
-    """Version-2 bytes of ``entry`` with a trailing CRC-32C of everything before it."""
+    """Version-3 bytes of ``entry`` with a trailing CRC-32C of everything before it."""
     parts = [
         _ENTRY_HEAD.pack(
             ENTRY_VERSION,
@@ -407,6 +453,7 @@ def encode_entry(entry: ProducerStateEntry) -> bytes:
             entry.last_timestamp,
             _or_minus_one(entry.current_txn_first_offset),
             _or_minus_one(entry.current_txn_start_time),
+            entry.revoked_epoch,
             len(entry.batches),
         )
     ]
@@ -421,7 +468,7 @@ def _or_minus_one(value: int | None) -> int:
 
 
 def decode_entry(data: bytes, *, where: str = "producer entry") -> ProducerStateEntry:
-    """Inverse of ``encode_entry``; also reads version 1 (no txn start time).
+    """Inverse of ``encode_entry``; also reads versions 1 (no txn start time) and 2 (no revoked epoch).
 
     Raises ``StorageCorruptionError`` naming ``where``.
     """
@@ -431,14 +478,18 @@ def decode_entry(data: bytes, *, where: str = "producer entry") -> ProducerState
     if crc32c.crc32c(body) != crc:
         raise StorageCorruptionError(f"{where}: CRC mismatch")
     version = body[0]
+    revoked = -1
     if version == 1:
         head = _ENTRY_HEAD_V1
         _v, pid, epoch, coord_epoch, last_ts, txn_first, n = head.unpack_from(body, 0)
         # Version 1 never recorded the start time: the last write is the best bound left.
         txn_start = last_ts if txn_first >= 0 else -1
+    elif version == 2 and len(body) >= _ENTRY_HEAD_V2.size:
+        head = _ENTRY_HEAD_V2
+        _v, pid, epoch, coord_epoch, last_ts, txn_first, txn_start, n = head.unpack_from(body, 0)
     elif version == ENTRY_VERSION and len(body) >= _ENTRY_HEAD.size:
         head = _ENTRY_HEAD
-        _v, pid, epoch, coord_epoch, last_ts, txn_first, txn_start, n = head.unpack_from(body, 0)
+        _v, pid, epoch, coord_epoch, last_ts, txn_first, txn_start, revoked, n = head.unpack_from(body, 0)
     else:
         raise StorageCorruptionError(f"{where}: unknown version {version} or truncated ({len(data)} bytes)")
     if n < 0 or n > NUM_BATCHES_TO_RETAIN or len(body) != head.size + n * _ENTRY_BATCH.size:
@@ -454,4 +505,5 @@ def decode_entry(data: bytes, *, where: str = "producer entry") -> ProducerState
         coord_epoch,
         None if txn_first < 0 else txn_first,
         None if txn_start < 0 else txn_start,
+        revoked,
     )

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from clients.protocol import BrokerError, ControlType, Record, encode_batch
 from clients.txn_filter import visible_records
-from storage.commands import AppendResult, TxnMarkerResult, encode_append, encode_txn_marker
+from storage.commands import (
+    AppendResult,
+    RevokeResult,
+    TxnMarkerCommand,
+    TxnMarkerResult,
+    encode_append,
+    encode_carried_append,
+    encode_revoke_marker,
+    encode_txn_marker,
+)
 from storage.partition_log import PartitionLog
 
 
@@ -64,6 +73,36 @@ class TxnLog:
     def end(self, pid: int, epoch: int, ctype: ControlType, coordinator_epoch: int = 0) -> TxnMarkerResult:
         result = self.marker(pid, epoch, ctype, coordinator_epoch)
         assert isinstance(result, TxnMarkerResult), result
+        return result
+
+    def carried(
+        self,
+        pid: int,
+        epoch: int,
+        seq: int,
+        ctype: ControlType,
+        coordinator_epoch: int = 0,
+        *,
+        records: int = 1,
+        tag: str = "r",
+        batch: bytes | None = None,
+    ) -> AppendResult | BrokerError:
+        """A marker of ``epoch`` carried by the producer's transactional batch of that epoch (CARRIED_APPEND)."""
+        index, now = self._next()
+        body = make_batch(pid, epoch, seq, records=records, txn=True, tag=tag) if batch is None else batch
+        marker = TxnMarkerCommand(pid, epoch, coordinator_epoch, ctype, now)
+        result = self.log.apply(index, encode_carried_append(marker, body))
+        assert isinstance(result, (AppendResult, BrokerError)), result
+        return result
+
+    def revoke(
+        self, pid: int, epoch: int, ctype: ControlType, coordinator_epoch: int = 0
+    ) -> RevokeResult | BrokerError:
+        index, now = self._next()
+        result = self.log.apply(
+            index, encode_revoke_marker(TxnMarkerCommand(pid, epoch, coordinator_epoch, ctype, now))
+        )
+        assert isinstance(result, (RevokeResult, BrokerError)), result
         return result
 
 

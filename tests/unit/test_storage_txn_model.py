@@ -6,6 +6,9 @@ HW; a read_committed consumer sees, below the LSO, every non-transactional
 record and the records of committed transactions, each at its own offset.
 Markers follow the TV2 rules (§4.3): they carry the epoch bumped at EndTxn,
 a stale one is rejected, a retry with no open transaction appends nothing.
+Carried markers (docs/carried-markers.md) are the marker and then the batch;
+a revoking marker is a marker that also refuses carried markers of its epoch
+from then on, unless the transaction of its epoch is open ("used").
 The run also restarts the store and restores snapshots between steps.
 """
 
@@ -22,7 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from clients.protocol import BrokerError, ControlType, ErrorCode
-from storage.commands import encode_delete_records
+from storage.commands import AppendResult, RevokeResult, encode_delete_records
 from storage.partition_log import PartitionLog
 from storage.store import NodeStore
 from tests.support.partition_txn import TxnLog, read_committed
@@ -38,6 +41,7 @@ class ModelProducer:
     coordinator_epoch: int | None = None  # highest one a marker carried
     txn: int | None = None  # id of the open transaction
     first_offset: int | None = None
+    revoked: int = -1  # highest epoch a revoking marker revoked
 
 
 @dataclass
@@ -95,12 +99,44 @@ class PartitionTxnMachine(RuleBasedStateMachine):
         p = self.model.producers[pid]
         tag = self._tag()
         result = self.txn.ok(pid, p.epoch, p.seq, records=records, txn=True, tag=tag)
-        assert result.base_offset == self.model.hw
+        self._sent(p, result, tag, records)
+
+    def _sent(self, p: ModelProducer, result: AppendResult | BrokerError, tag: str, records: int) -> None:
+        assert isinstance(result, AppendResult) and result.base_offset == self.model.hw, result
         if p.txn is None:
             p.txn, p.first_offset = self.model.next_txn, result.base_offset
             self.model.next_txn += 1
         p.seq += records
         self.model.add(result.base_offset, tag, records, p.txn)
+
+    @rule(pid=st.sampled_from(PIDS), commit=st.booleans(), records=st.integers(1, 3), next_epoch=st.booleans())
+    def carried_send(self, pid: int, commit: bool, records: int, next_epoch: bool) -> None:
+        """A marker of the next epoch (or, resent, of the current one) riding on a transactional batch."""
+        p = self.model.producers[pid]
+        epoch, ce, tag = (p.epoch + 1 if next_epoch else p.epoch), p.coordinator_epoch or 0, self._tag()
+        ctype = ControlType.COMMIT if commit else ControlType.ABORT
+        result = self.txn.carried(pid, epoch, 0 if next_epoch else p.seq, ctype, ce, records=records, tag=tag)
+        if p.revoked >= epoch:
+            assert isinstance(result, BrokerError), result
+            assert result.error_code is ErrorCode.TRANSACTION_RESERVATION_REVOKED
+            return
+        if next_epoch or p.txn is None:  # the marker applies (with nothing open at this epoch, it closes nothing)
+            self._ended(p, epoch, commit, ce, self.model.hw if p.txn is not None else None)
+        self._sent(p, result, tag, records)
+
+    @rule(pid=st.sampled_from(PIDS), commit=st.booleans(), next_epoch=st.booleans())
+    def revoke(self, pid: int, commit: bool, next_epoch: bool) -> None:
+        p = self.model.producers[pid]
+        epoch, ce = (p.epoch + 1 if next_epoch else p.epoch), p.coordinator_epoch or 0
+        result = self.txn.revoke(pid, epoch, ControlType.COMMIT if commit else ControlType.ABORT, ce)
+        if not next_epoch and p.txn is not None:
+            assert result == RevokeResult(used=True, marker=None)
+            return
+        assert isinstance(result, RevokeResult) and not result.used and result.marker is not None, result
+        expected = self.model.hw if p.txn is not None else None
+        assert (result.marker.offset, result.marker.txn_first_offset) == (expected, p.first_offset)
+        self._ended(p, epoch, commit, ce, expected)
+        p.revoked = max(p.revoked, epoch)
 
     @rule(pid=st.sampled_from(PIDS))
     def non_transactional_send_from_a_txn_producer(self, pid: int) -> None:
@@ -132,11 +168,18 @@ class PartitionTxnMachine(RuleBasedStateMachine):
         p = self.model.producers[pid]
         ce = (p.coordinator_epoch or 0) + (1 if new_coordinator else 0)
         result = self.txn.end(pid, p.epoch + 1, ControlType.COMMIT if commit else ControlType.ABORT, ce)
-        p.epoch, p.seq, p.coordinator_epoch = p.epoch + 1, 0, ce
+        expected = self.model.hw if p.txn is not None else None
+        assert (result.offset, result.txn_first_offset) == (expected, p.first_offset)
+        self._ended(p, p.epoch + 1, commit, ce, expected)
+
+    def _ended(self, p: ModelProducer, epoch: int, commit: bool, ce: int, control_offset: int | None) -> None:
+        """A marker of ``epoch`` applied; its control batch (if it closed a transaction) at ``control_offset``."""
+        if epoch != p.epoch:
+            p.epoch, p.seq = epoch, 0
+        p.coordinator_epoch = max(p.coordinator_epoch or 0, ce)
         if p.txn is None:
-            assert result.offset is None
             return
-        assert (result.offset, result.txn_first_offset) == (self.model.hw, p.first_offset)
+        assert control_offset == self.model.hw
         if commit:
             self.model.committed.add(p.txn)
         p.txn = p.first_offset = None
