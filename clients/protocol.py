@@ -448,15 +448,21 @@ def control_type_of(data: bytes | bytearray | memoryview) -> ControlType | None:
 PRODUCE_CONTENT_TYPE = "application/x-txbroker-produce"
 BATCHES_CONTENT_TYPE = "application/x-txbroker-batches"
 _PRODUCE_MAGIC = b"TXP1"
+# TXP2: each partition's batch is followed by i16 token_len (-1 = none) and the token (carried markers).
+_PRODUCE_MAGIC_TOKENS = b"TXP2"
 _PRODUCE_HEAD = struct.Struct(">4siih")  # magic, timeout_ms, acks, txn_id_len (-1 = null)
 _PART_HEAD = struct.Struct(">hii")  # topic_len (then topic), partition, batch_len
+_MAX_TOKEN_BYTES = 256
 
 
 @dataclass(frozen=True, slots=True)
 class ProducePartition:
+    """``txn_token``: a carried marker's token for a transactional batch (docs/carried-markers.md)."""
+
     topic: str
     partition: int
     batch: bytes
+    txn_token: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,9 +476,12 @@ class ProduceRequest:
 
 
 def encode_produce_request(req: ProduceRequest) -> bytes:
+    """The binary form: TXP1, or TXP2 when a partition carries a token (brokers read both)."""
     out: list[bytes] = []
     tid = req.transactional_id.encode("utf-8") if req.transactional_id is not None else None
-    out.append(_PRODUCE_HEAD.pack(_PRODUCE_MAGIC, req.timeout_ms, req.acks, -1 if tid is None else len(tid)))
+    tokens = any(p.txn_token is not None for p in req.partitions)
+    magic = _PRODUCE_MAGIC_TOKENS if tokens else _PRODUCE_MAGIC
+    out.append(_PRODUCE_HEAD.pack(magic, req.timeout_ms, req.acks, -1 if tid is None else len(tid)))
     if tid is not None:
         out.append(tid)
     out.append(_I32.pack(len(req.partitions)))
@@ -482,6 +491,9 @@ def encode_produce_request(req: ProduceRequest) -> bytes:
         out.append(tb)
         out.append(struct.pack(">ii", p.partition, len(p.batch)))
         out.append(p.batch)
+        if tokens:
+            out.append(_I16.pack(-1 if p.txn_token is None else len(p.txn_token)))
+            out.append(p.txn_token or b"")
     return b"".join(out)
 
 
@@ -494,8 +506,9 @@ def decode_produce_request(data: bytes) -> ProduceRequest:
     mv = memoryview(data)
     try:
         magic, timeout_ms, acks, tlen = _PRODUCE_HEAD.unpack_from(mv, 0)
-        if magic != _PRODUCE_MAGIC:
+        if magic not in (_PRODUCE_MAGIC, _PRODUCE_MAGIC_TOKENS):
             raise BrokerError(ErrorCode.INVALID_REQUEST, "not a txbroker binary produce request")
+        with_tokens = magic == _PRODUCE_MAGIC_TOKENS
         pos = _PRODUCE_HEAD.size
         tid: str | None = None
         if tlen >= 0:
@@ -519,8 +532,18 @@ def decode_produce_request(data: bytes) -> ProduceRequest:
             pos += 8
             if blen < 0 or pos + blen > len(mv):
                 raise BrokerError(ErrorCode.INVALID_REQUEST, "batch runs past the request end")
-            parts.append(ProducePartition(topic, partition, bytes(mv[pos : pos + blen])))
+            batch = bytes(mv[pos : pos + blen])
             pos += blen
+            token: bytes | None = None
+            if with_tokens:
+                (klen,) = _I16.unpack_from(mv, pos)
+                pos += 2
+                if klen > _MAX_TOKEN_BYTES or klen < -1 or pos + max(klen, 0) > len(mv):
+                    raise BrokerError(ErrorCode.INVALID_REQUEST, "bad transaction token length")
+                if klen >= 0:
+                    token = bytes(mv[pos : pos + klen])
+                    pos += klen
+            parts.append(ProducePartition(topic, partition, batch, token))
         if pos != len(mv):
             raise BrokerError(ErrorCode.INVALID_REQUEST, "trailing bytes in produce request")
     except (struct.error, UnicodeDecodeError) as exc:

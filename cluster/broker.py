@@ -38,7 +38,17 @@ from raft import (
     RaftSettings,
     RaftTimeoutError,
 )
-from storage.commands import AppendResult, TxnMarkerResult, encode_append, encode_retention, encode_txn_marker
+from storage.commands import (
+    AppendResult,
+    RevokeResult,
+    TxnMarkerCommand,
+    TxnMarkerResult,
+    encode_append,
+    encode_carried_append,
+    encode_retention,
+    encode_revoke_marker,
+    encode_txn_marker,
+)
 from storage.store import NodeStore
 
 from .config import NodeConfig
@@ -64,6 +74,7 @@ from .topics import (
     validate_topic_name,
 )
 from .txn_service import TransactionService
+from .txn_tokens import CarriedMarker, TxnTokens, encode_wire
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +95,7 @@ class PartitionProduceResult:
     log_append_time: int = -1
     error: BrokerError | None = None
     duplicate: bool = False
+    txn_receipt: bytes | None = None  # carried markers: the leader's receipt of a transactional batch
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -97,7 +109,16 @@ class PartitionProduceResult:
         if self.error is not None:
             out["retriable"] = self.error.retriable
             out.update(self.error.extra)
+        if self.txn_receipt is not None:
+            out["txn_receipt"] = encode_wire(self.txn_receipt)
         return out
+
+
+def _marker_result(control: ControlType, body: dict[str, Any]) -> TxnMarkerResult:
+    """A forwarded marker's answer (``/v1/internal/txn/marker``) as the leader's apply returned it."""
+    return TxnMarkerResult(
+        control, body.get("offset"), body.get("txn_first_offset"), int(body.get("log_append_time", -1))
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +157,7 @@ class Broker:
         )
         self.peers = PeerView(config)
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
+        self.txn_tokens = TxnTokens(config.cluster_secret)
         self.sequencer = SubmitSequencer(on_wait=lambda outcome: metrics.reordered_batches.labels(outcome).inc())
         self.txn = TransactionService(self)
         self.consumer_groups = GroupService(self)
@@ -450,37 +472,61 @@ class Broker:
             return await self.consumer_groups.write_txn_marker(
                 partition, producer_id, producer_epoch, coordinator_epoch, control
             )
+        marker = TxnMarkerCommand(producer_id, producer_epoch, coordinator_epoch, control, now_ms())
+        result, body = await self._marker_on_leader(topic, partition, marker, revoke=False)
+        if body is not None:
+            return _marker_result(control, body)
+        if not isinstance(result, TxnMarkerResult):
+            raise BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"unexpected marker result {result!r}")
+        return result
+
+    async def revoke_txn_marker(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+        control: ControlType,
+    ) -> RevokeResult:  # fmt: skip
+        """A revoking marker on the partition's leader (docs/carried-markers.md): ``used`` or the marker's outcome."""
+        if topic == OFFSETS_TOPIC:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "offsets partitions take no carried markers to revoke")
+        marker = TxnMarkerCommand(producer_id, producer_epoch, coordinator_epoch, control, now_ms())
+        result, body = await self._marker_on_leader(topic, partition, marker, revoke=True)
+        if body is not None:
+            used = bool(body.get("used"))
+            return RevokeResult(used=used, marker=None if used else _marker_result(control, body))
+        if not isinstance(result, RevokeResult):
+            raise BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"unexpected revoke result {result!r}")
+        return result
+
+    async def _marker_on_leader(
+        self, topic: str, partition: int, marker: TxnMarkerCommand, *, revoke: bool
+    ) -> tuple[Any, dict[str, Any] | None]:
+        """Apply ``marker`` here if this node leads the partition (result, None), else forward it (None, answer)."""
         meta = self.topic(topic)
         if not 0 <= partition < len(meta.partitions):
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")
         rep = self.replicas.get(topic, partition)
         if rep is not None and rep.group.is_leader():
-            command = encode_txn_marker(producer_id, producer_epoch, coordinator_epoch, control, now_ms())
+            command = encode_revoke_marker(marker) if revoke else encode_txn_marker(
+                marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, marker.control_type,
+                marker.timestamp_ms,
+            )  # fmt: skip
             result = await self._submit(rep, command, self.config.request_timeout_ms / 1000)
             if isinstance(result, BrokerError):
                 raise result
-            if not isinstance(result, TxnMarkerResult):
-                raise BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"unexpected marker result {result!r}")
-            return result
+            return result, None
         leader = self.partition_state(meta, partition)["leader"]
         if leader is None or leader == self.config.node_id or self._forward is None:
             raise self._not_leader(meta, partition)
-        body = await self._forward(
-            leader,
-            "POST",
-            "/v1/internal/txn/marker",
-            {
-                "topic": topic,
-                "partition": partition,
-                "producer_id": producer_id,
-                "producer_epoch": producer_epoch,
-                "coordinator_epoch": coordinator_epoch,
-                "control_type": control.name,
-            },
-        )
-        offset = body.get("offset")
-        first = body.get("txn_first_offset")
-        return TxnMarkerResult(control, offset, first, int(body.get("log_append_time", -1)))
+        body: dict[str, Any] = {
+            "topic": topic,
+            "partition": partition,
+            "producer_id": marker.producer_id,
+            "producer_epoch": marker.producer_epoch,
+            "coordinator_epoch": marker.coordinator_epoch,
+            "control_type": marker.control_type.name,
+        }
+        if revoke:
+            body["revoke"] = True
+        return None, await self._forward(leader, "POST", "/v1/internal/txn/marker", body)
 
     # ---- produce ------------------------------------------------------------
 
@@ -522,6 +568,7 @@ class Broker:
         self, p: ProducePartition, timeout: float, acks: int, transactional_id: str | None = None
     ) -> PartitionProduceResult:
         started = time.perf_counter()
+        carried: CarriedMarker | None = None
         try:
             meta, rep = self._leader_replica(p.topic, p.partition)
             max_bytes = meta.config_int("max.message.bytes")
@@ -542,11 +589,20 @@ class Broker:
                     raise BrokerError(ErrorCode.INVALID_REQUEST, "a transactional batch needs the transactional_id")
                 if acks == 0:
                     raise BrokerError(ErrorCode.INVALID_REQUIRED_ACKS, "transactional writes need acks=all")
-                if rep.log.opens_transaction(header):
+                if p.txn_token is not None:
+                    # Carried marker: the token proves the partition is reserved for this transaction and
+                    # carries the previous one's marker; apply writes both (docs/carried-markers.md).
+                    carried = self.txn_tokens.open_token(
+                        p.txn_token, transactional_id, header.producer_id, header.producer_epoch, p.topic,
+                        p.partition,
+                    )  # fmt: skip
+                elif rep.log.opens_transaction(header):
                     # KIP-890: admit the batch only once the coordinator has this partition in the txn.
                     await self.txn.verify_partition(
                         transactional_id, header.producer_id, header.producer_epoch, p.topic, p.partition
                     )
+            elif p.txn_token is not None:
+                raise BrokerError(ErrorCode.INVALID_REQUEST, "a transaction token needs a transactional batch")
             seq_key = (p.topic, p.partition, header.producer_id)
             sequenced = header.is_idempotent and header.base_sequence >= 0
             if sequenced:
@@ -559,7 +615,12 @@ class Broker:
                     functools.partial(rep.log.expected_sequence, header.producer_id, header.producer_epoch),
                 )
                 self.sequencer.submitted(seq_key, header.producer_epoch, header.base_sequence, header.record_count)
-            command = encode_append(p.batch, now_ms())
+            if carried is None:
+                command = encode_append(p.batch, now_ms())
+            else:
+                marker = TxnMarkerCommand(header.producer_id, header.producer_epoch, carried.coordinator_epoch,
+                                          carried.control_type, now_ms())  # fmt: skip
+                command = encode_carried_append(marker, p.batch)
             if acks == 0:
                 rep.group.submit_threadsafe(command, lambda _r, _e: None)
                 return PartitionProduceResult(p.topic, p.partition)
@@ -581,9 +642,15 @@ class Broker:
                 self.metrics.records_produced.labels(p.topic).inc(header.record_count)
                 self.metrics.bytes_produced.labels(p.topic).inc(len(p.batch))
             self.metrics.produce_duration.labels("ok").observe(time.perf_counter() - started)
+            receipt = None
+            if transactional_id is not None and self.config.txn_carried_markers:
+                receipt = self.txn_tokens.receipt(
+                    transactional_id, header.producer_id, header.producer_epoch, p.topic, p.partition
+                )
             return PartitionProduceResult(
-                p.topic, p.partition, result.base_offset, result.log_append_time, duplicate=result.duplicate
-            )
+                p.topic, p.partition, result.base_offset, result.log_append_time, duplicate=result.duplicate,
+                txn_receipt=receipt,
+            )  # fmt: skip
         except BrokerError as exc:
             self.metrics.produce_failed(p.topic, exc.error_code.name)
             self.metrics.produce_duration.labels("error").observe(time.perf_counter() - started)

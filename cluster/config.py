@@ -77,6 +77,8 @@ class NodeConfig:
     raft_log_compaction_min_entries: int = 1000
     # storage: RocksDB flushes and compactions bypass the page cache where the filesystem allows (storage.store)
     store_direct_io: bool = True
+    # Carried markers (docs/carried-markers.md): produce answers carry receipts for transactional batches.
+    txn_carried_markers: bool = False
     # background work
     retention_check_interval_s: float = 30.0
     leader_balance_interval_s: float = 5.0

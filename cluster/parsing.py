@@ -28,11 +28,14 @@ from clients.protocol import (
     encode_batch,
 )
 
+from .txn_tokens import decode_wire
+
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT32_MAX = 2**31 - 1
 INT16_MAX = 2**15 - 1
 MAX_RECORDS_PER_BATCH = 1_000_000
 MAX_PARTITIONS_PER_REQUEST = 10_000
+_MAX_TOKEN_CHARS = 344  # base64 of the binary form's 256-byte limit
 
 
 def _bad(msg: str) -> BrokerError:
@@ -247,5 +250,9 @@ def parse_json_produce(body: Mapping[str, Any]) -> ProduceRequest:
             base_sequence=seq if pid >= 0 else -1,
             transactional=tid is not None,
         )
-        parts.append(ProducePartition(topic, partition, batch))
+        token_text = get_str(p, "txn_token", required=False, max_len=_MAX_TOKEN_CHARS)
+        if token_text is not None and tid is None:
+            raise _bad(f"{f}: a txn_token is for transactional writes")
+        token = decode_wire(token_text, f"{f}.txn_token") if token_text is not None else None
+        parts.append(ProducePartition(topic, partition, batch, token))
     return ProduceRequest(tuple(parts), acks=acks, timeout_ms=timeout_ms, transactional_id=tid)

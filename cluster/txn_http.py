@@ -325,18 +325,20 @@ class TxnRoutes:
         except KeyError as exc:
             raise BrokerError(ErrorCode.INVALID_REQUEST, "control_type must be COMMIT or ABORT") from exc
         pid, epoch = _identity(body)
-        result = await self.broker.write_txn_marker(
-            topic,
-            parsing.get_int(body, "partition", lo=0, hi=2**31 - 1),
-            pid,
-            epoch,
-            parsing.get_int(body, "coordinator_epoch", lo=0),
-            control,
-        )
-        return web.json_response(
-            {"offset": result.offset, "txn_first_offset": result.txn_first_offset,
-             "log_append_time": result.log_append_time}
-        )  # fmt: skip
+        args = (topic, parsing.get_int(body, "partition", lo=0, hi=2**31 - 1), pid, epoch,
+                parsing.get_int(body, "coordinator_epoch", lo=0), control)  # fmt: skip
+        out: dict[str, Any] = {}
+        if body.get("revoke") is True:  # a revoking marker (docs/carried-markers.md): "used", or what it wrote
+            revoked = await self.broker.revoke_txn_marker(*args)
+            out["used"] = revoked.marker is None
+            if revoked.marker is None:
+                return web.json_response(out)
+            result = revoked.marker
+        else:
+            result = await self.broker.write_txn_marker(*args)
+        out.update(offset=result.offset, txn_first_offset=result.txn_first_offset,
+                   log_append_time=result.log_append_time)  # fmt: skip
+        return web.json_response(out)
 
     async def internal_verify(self, request: web.Request) -> web.Response:
         body = await self._internal_body(request)

@@ -1,0 +1,126 @@
+"""The partition leader's side of carried markers on 3 node processes (docs/carried-markers.md).
+
+The coordinator does not hand out tokens yet, so the test plays it: it signs tokens with the cluster
+secret, as the coordinator will, and sends them with real produce requests over HTTP.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+
+from clients.protocol import (
+    PRODUCE_CONTENT_TYPE,
+    ControlType,
+    ProducePartition,
+    ProduceRequest,
+    Record,
+    encode_batch,
+    encode_produce_request,
+)
+from cluster.peers import AUTH_HEADER, sign
+from cluster.txn_tokens import CarriedMarker, TxnTokens, decode_wire, encode_wire
+from tests.integration.test_transactions_http import TxnWriter, committed_values, control_batches, fetch, values
+from tests.support.cluster import LocalCluster, http
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "carried"
+
+
+def carried_send(
+    w: TxnWriter, tokens: TxnTokens, partition: int, epoch: int, value: bytes, control: ControlType, *,
+    token: bytes | None = None,
+) -> tuple[int, Any]:  # fmt: skip
+    """The first batch of ``w``'s transaction at ``epoch`` on ``partition``, carrying the previous one's marker."""
+    tok = token or tokens.token(w.tid, w.pid, epoch, TOPIC, partition, CarriedMarker(control, 0))
+    body = {
+        "transactional_id": w.tid,
+        "partitions": [{
+            "topic": TOPIC, "partition": partition, "producer_id": w.pid, "producer_epoch": epoch,
+            "base_sequence": 0, "records": [{"value": base64.b64encode(value).decode()}], "txn_token": encode_wire(tok),
+        }],
+    }  # fmt: skip
+    leader = w.c.wait_leaders(TOPIC, 3)[partition]
+    return http("POST", w.c.url(leader) + "/v1/produce", body)
+
+
+def revoke(c: LocalCluster, via: int, pid: int, epoch: int, partition: int) -> Any:
+    path = "/v1/internal/txn/marker"
+    body = {"topic": TOPIC, "partition": partition, "producer_id": pid, "producer_epoch": epoch,
+            "coordinator_epoch": 0, "control_type": "COMMIT", "revoke": True}  # fmt: skip
+    status, res = http("POST", c.url(via) + path, body, headers={AUTH_HEADER: sign(c.configs[0].cluster_secret,
+                                                                                   "POST", path)})  # fmt: skip
+    assert status == 200, res
+    return res
+
+
+def test_a_token_carries_the_previous_marker_into_the_next_transactions_first_batch(make_cluster: Any) -> None:
+    c = make_cluster(txn_carried_markers=True)
+    c.create_topic(TOPIC, partitions=3, rf=3)
+    c.wait_leaders(TOPIC, 3)
+    tokens = TxnTokens(c.configs[0].cluster_secret)
+    w = TxnWriter(c, "carried-1")
+    epoch = w.epoch
+    status, res = w.send(TOPIC, 0, [b"t0-a", b"t0-b"])
+    assert status == 200, res
+    # The leader's receipt names exactly this producer, epoch and partition.
+    receipt = decode_wire(res["partitions"][0]["txn_receipt"], "receipt")
+    assert tokens.check_receipt(receipt, w.tid, w.pid, epoch, TOPIC, 0)
+    assert not tokens.check_receipt(receipt, w.tid, w.pid, epoch + 1, TOPIC, 0)
+    assert fetch(c, TOPIC, 0, "read_committed")["records"] == []
+
+    # Transaction epoch+1 begins on partition 0 with a token: the COMMIT of the first lands with it.
+    status, res = carried_send(w, tokens, 0, epoch + 1, b"t1-a", ControlType.COMMIT)
+    assert status == 200, res
+    assert res["partitions"][0]["base_offset"] == 3  # the control batch took offset 2
+    assert tokens.check_receipt(decode_wire(res["partitions"][0]["txn_receipt"], "r"), w.tid, w.pid, epoch + 1,
+                                TOPIC, 0)  # fmt: skip
+    committed_values(c, TOPIC, 0, [b"t0-a", b"t0-b"])
+    control_batches(c, TOPIC, 0, ["COMMIT"])
+    assert values(fetch(c, TOPIC, 0, "read_uncommitted")) == [b"t0-a", b"t0-b", b"t1-a"]
+
+    # A token for another partition, epoch or producer is refused and writes nothing.
+    hw = fetch(c, TOPIC, 1, "read_uncommitted")["high_watermark"]
+    wrong = tokens.token(w.tid, w.pid, epoch + 1, TOPIC, 0, CarriedMarker(ControlType.COMMIT, 0))
+    status, res = carried_send(w, tokens, 1, epoch + 1, b"x", ControlType.COMMIT, token=wrong)
+    assert (status, res["error_code"]) == (400, "INVALID_REQUEST"), res
+    assert fetch(c, TOPIC, 1, "read_uncommitted")["high_watermark"] == hw
+
+    # The coordinator settles partition 0's reservation: the token was used, so nothing is written.
+    led = c.wait_leaders(TOPIC, 3)
+    other = next(n for n in (1, 2, 3) if n != led[0])
+    assert revoke(c, other, w.pid, epoch + 1, 0) == {"used": True}  # forwarded to the leader
+    control_batches(c, TOPIC, 0, ["COMMIT"])
+
+    # Partition 1 had nothing of this producer: its reservation is revoked, and a late token is refused
+    # (retriable: the producer resends through verification).
+    res = revoke(c, led[1], w.pid, epoch + 1, 1)
+    assert res["used"] is False and res["offset"] is None
+    status, res = carried_send(w, tokens, 1, epoch + 1, b"late", ControlType.COMMIT)
+    assert (status, res["error_code"], res["retriable"]) == (409, "TRANSACTION_RESERVATION_REVOKED", True), res
+    assert fetch(c, TOPIC, 1, "read_uncommitted")["high_watermark"] == hw
+
+
+def test_the_binary_produce_form_carries_tokens(make_cluster: Any) -> None:
+    c = make_cluster(txn_carried_markers=True)
+    c.create_topic(TOPIC, partitions=3, rf=3)
+    leaders = c.wait_leaders(TOPIC, 3)
+    tokens = TxnTokens(c.configs[0].cluster_secret)
+    w = TxnWriter(c, "carried-bin")
+    status, res = w.send(TOPIC, 2, [b"old"])
+    assert status == 200, res
+    token = tokens.token(w.tid, w.pid, w.epoch + 1, TOPIC, 2, CarriedMarker(ControlType.ABORT, 0))
+    batch = encode_batch([Record(value=b"new")], producer_id=w.pid, producer_epoch=w.epoch + 1, base_sequence=0,
+                         transactional=True)  # fmt: skip
+    req = ProduceRequest((ProducePartition(TOPIC, 2, batch, token),), transactional_id=w.tid)
+    status, res = http("POST", c.url(leaders[2]) + "/v1/produce", raw=encode_produce_request(req),
+                       content_type=PRODUCE_CONTENT_TYPE)  # fmt: skip
+    assert status == 200, res
+    # The first transaction was aborted by the carried marker: read_committed never shows "old".
+    control_batches(c, TOPIC, 2, ["ABORT"])
+    rc = fetch(c, TOPIC, 2, "read_committed")
+    assert rc["records"] == [] and rc["last_stable_offset"] == 2  # the new transaction, open at offset 2
+    assert values(fetch(c, TOPIC, 2, "read_uncommitted")) == [b"old", b"new"]
