@@ -67,6 +67,8 @@ _PRODUCE_RESULT = _obj(
         "log_append_time": _INT,
         "error_code": _STR,
         "message": {"type": ["string", "null"]},
+        # carried markers (docs/carried-markers.md; node setting txn_carried_markers): the leader's receipt
+        "txn_receipt": {"type": "string", "description": "URL-safe base64 receipt of a transactional batch"},
     }
 )
 
@@ -273,6 +275,10 @@ def _base_document() -> dict[str, Any]:
                                                     "producer_epoch": _INT,
                                                     "base_sequence": _INT,
                                                     "records": {"type": "array", "items": _RECORD_IN},
+                                                    "txn_token": {
+                                                        "type": "string",
+                                                        "description": "carried marker token (URL-safe base64)",
+                                                    },
                                                 },
                                                 ["topic", "partition", "records"],
                                             ),
