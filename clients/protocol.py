@@ -34,6 +34,8 @@ This module is pure: no I/O, no threads. It is safe to use from any thread.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
 import struct
 from collections.abc import Iterator, Sequence
@@ -453,6 +455,19 @@ _PRODUCE_MAGIC_TOKENS = b"TXP2"
 _PRODUCE_HEAD = struct.Struct(">4siih")  # magic, timeout_ms, acks, txn_id_len (-1 = null)
 _PART_HEAD = struct.Struct(">hii")  # topic_len (then topic), partition, batch_len
 _MAX_TOKEN_BYTES = 256
+
+
+def encode_token(raw: bytes) -> str:
+    """A carried marker's token or receipt as JSON carries it: URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def decode_token(text: str, what: str) -> bytes:
+    """Inverse of ``encode_token``; ``INVALID_REQUEST`` naming ``what`` if ``text`` is not URL-safe base64."""
+    try:
+        return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"{what} is not URL-safe base64") from exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ from clients.protocol import (
     ProducePartition,
     ProduceRequest,
     StoredBatch,
+    encode_token,
     parse_batch,
 )
 from raft import (
@@ -74,9 +76,11 @@ from .topics import (
     validate_topic_name,
 )
 from .txn_service import TransactionService
-from .txn_tokens import CarriedMarker, TxnTokens, encode_wire
+from .txn_tokens import CarriedMarker, TxnTokens
 
 log = logging.getLogger(__name__)
+
+_CARRIED_EPOCHS_KEPT = 100_000
 
 CONTROLLER_GROUP = "__controller"
 READ_COMMITTED = "read_committed"
@@ -110,7 +114,7 @@ class PartitionProduceResult:
             out["retriable"] = self.error.retriable
             out.update(self.error.extra)
         if self.txn_receipt is not None:
-            out["txn_receipt"] = encode_wire(self.txn_receipt)
+            out["txn_receipt"] = encode_token(self.txn_receipt)
         return out
 
 
@@ -158,6 +162,8 @@ class Broker:
         self.peers = PeerView(config)
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         self.txn_tokens = TxnTokens(config.cluster_secret)
+        # (topic, partition, producer id) -> epoch of the last carried batch accepted here (bounded, oldest out)
+        self._carried_epochs: OrderedDict[tuple[str, int, int], int] = OrderedDict()
         self.sequencer = SubmitSequencer(on_wait=lambda outcome: metrics.reordered_batches.labels(outcome).inc())
         self.txn = TransactionService(self)
         self.consumer_groups = GroupService(self)
@@ -596,6 +602,16 @@ class Broker:
                         p.txn_token, transactional_id, header.producer_id, header.producer_epoch, p.topic,
                         p.partition,
                     )  # fmt: skip
+                    self._carried_epochs[(p.topic, p.partition, header.producer_id)] = header.producer_epoch
+                    if len(self._carried_epochs) > _CARRIED_EPOCHS_KEPT:
+                        self._carried_epochs.popitem(last=False)
+                elif (
+                    header.base_sequence > 0
+                    and self._carried_epochs.get((p.topic, p.partition, header.producer_id)) == header.producer_epoch
+                ):
+                    # Behind a carried batch of its epoch: that batch (sequence 0) opens the transaction here, and
+                    # this one can only be appended after it (sequence order), so it needs no verification.
+                    pass
                 elif rep.log.opens_transaction(header):
                     # KIP-890: admit the batch only once the coordinator has this partition in the txn.
                     await self.txn.verify_partition(

@@ -77,8 +77,11 @@ class NodeConfig:
     raft_log_compaction_min_entries: int = 1000
     # storage: RocksDB flushes and compactions bypass the page cache where the filesystem allows (storage.store)
     store_direct_io: bool = True
-    # Carried markers (docs/carried-markers.md): produce answers carry receipts for transactional batches.
+    # Carried markers (docs/carried-markers.md): a client that asks for them gets tokens from EndTxn, and
+    # produce answers carry receipts. A reservation not settled by the next EndTxn within
+    # txn_reservation_ms is settled with revoking markers (keep it above a pipeline's commit interval).
     txn_carried_markers: bool = False
+    txn_reservation_ms: int = 1000
     # background work
     retention_check_interval_s: float = 30.0
     leader_balance_interval_s: float = 5.0
@@ -196,6 +199,8 @@ def parse_config(raw: dict[str, Any], base_dir: Path | None = None) -> NodeConfi
         raise ConfigError("need 1 <= group_min_session_timeout_ms <= group_max_session_timeout_ms")
     if cfg.log_format not in ("text", "json"):
         raise ConfigError("log_format must be 'text' or 'json'")
+    if not 0 <= cfg.txn_reservation_ms <= 600_000:
+        raise ConfigError("txn_reservation_ms must be between 0 and 600000")
     return cfg
 
 

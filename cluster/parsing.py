@@ -25,10 +25,9 @@ from clients.protocol import (
     ProducePartition,
     ProduceRequest,
     Record,
+    decode_token,
     encode_batch,
 )
-
-from .txn_tokens import decode_wire
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT32_MAX = 2**31 - 1
@@ -253,6 +252,6 @@ def parse_json_produce(body: Mapping[str, Any]) -> ProduceRequest:
         token_text = get_str(p, "txn_token", required=False, max_len=_MAX_TOKEN_CHARS)
         if token_text is not None and tid is None:
             raise _bad(f"{f}: a txn_token is for transactional writes")
-        token = decode_wire(token_text, f"{f}.txn_token") if token_text is not None else None
+        token = decode_token(token_text, f"{f}.txn_token") if token_text is not None else None
         parts.append(ProducePartition(topic, partition, batch, token))
     return ProduceRequest(tuple(parts), acks=acks, timeout_ms=timeout_ms, transactional_id=tid)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from clients.protocol import BrokerError, ControlType, ErrorCode
+from clients.protocol import BrokerError, ControlType, ErrorCode, decode_token, encode_token
 from coordinator.commands import MAX_ID_BYTES, GroupMember
 from coordinator.metadata import TopicPartition
 from coordinator.states import TransactionState
@@ -214,17 +214,22 @@ class TxnRoutes:
         pid, epoch = _identity(body)
         commit = _bool(body, "commit")
         wait = _bool(body, "wait_for_completion") if "wait_for_completion" in body else False
+        receipts = _receipts(body)
 
         async def call() -> dict[str, Any]:
-            answer = await self.txn.end_txn(tid, pid, epoch, commit, wait_for_completion=wait)
+            answer = await self.txn.end_txn(tid, pid, epoch, commit, wait_for_completion=wait, receipts=receipts)
             res = answer.result
-            return {
+            out: dict[str, Any] = {
                 "transactional_id": tid,
                 "committed": res.commit,
                 "producer_id": res.producer_id,
                 "producer_epoch": res.producer_epoch,
                 "state": answer.state.display_name,
             }
+            if receipts is not None:  # carried markers: the next transaction's tokens (possibly none)
+                out["txn_tokens"] = [{"topic": tp.topic, "partition": tp.partition, "token": encode_token(tok)}
+                                     for tp, tok in sorted(answer.tokens.items())]  # fmt: skip
+            return out
 
         return await self._routed(request, raw, call)
 
@@ -394,3 +399,23 @@ class TxnRoutes:
         prefix = parsing.get_str(body, "prefix", max_len=MAX_ID_BYTES)
         assert prefix is not None
         return web.json_response({"aborted": await self._abort_local_prefix(prefix)})
+
+
+_MAX_RECEIPTS = 10_000
+
+
+def _receipts(body: dict[str, Any]) -> dict[TopicPartition, bytes] | None:
+    """EndTxn's ``txn_receipts`` (carried markers, docs/carried-markers.md); None when the client sent none."""
+    if body.get("txn_receipts") is None:
+        return None
+    out: dict[TopicPartition, bytes] = {}
+    for i, item in enumerate(parsing.get_list(body, "txn_receipts", max_len=_MAX_RECEIPTS)):
+        if not isinstance(item, dict):
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"txn_receipts[{i}] must be an object")
+        topic = parsing.get_str(item, "topic", max_len=249)
+        assert topic is not None
+        receipt = parsing.get_str(item, "receipt", max_len=64)
+        assert receipt is not None
+        tp = TopicPartition(topic, parsing.get_int(item, "partition", lo=0, hi=2**31 - 1))
+        out[tp] = decode_token(receipt, f"txn_receipts[{i}].receipt")
+    return out

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections import OrderedDict
@@ -92,6 +93,7 @@ from raft import NotLeaderError, QueueFullError, RaftCommandFailed, RaftTimeoutE
 from .internal_groups import InternalGroups, InternalPartition
 from .metrics import CoordinatorKind, TransactionSample, TxnOutcome
 from .txn_adds import AddsInFlight, PartitionHints
+from .txn_tokens import CarriedMarker
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -150,6 +152,8 @@ class EndTxnAnswer:
 
     result: EndTxnResult
     state: TransactionState
+    # Carried markers: per data partition of the ended transaction, the token for the next one's first batch.
+    tokens: dict[TopicPartition, bytes] = dataclasses.field(default_factory=dict)
 
 
 _K = TypeVar("_K")
@@ -216,6 +220,12 @@ class TransactionService:
         self._adds = AddsInFlight()
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
+        # Carried markers (docs/carried-markers.md), per plan key: the carried partitions settled so far (True:
+        # the next transaction already wrote there), a lock that makes settling one plan's partitions serial,
+        # and an event that wakes the plan's driver early (the fold completed it, or a caller needs it done).
+        self._settled: dict[tuple[str, int, int], dict[TopicPartition, bool]] = {}
+        self._settle_locks: dict[tuple[str, int, int], asyncio.Lock] = {}
+        self._wake_driver: dict[tuple[str, int, int], asyncio.Event] = {}
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -448,6 +458,7 @@ class TransactionService:
         commit: bool,
         *,
         wait_for_completion: bool = False,
+        receipts: dict[TopicPartition, bytes] | None = None,
     ) -> EndTxnAnswer:
         """EndTxn: answers once PrepareCommit/PrepareAbort is durable; the markers follow in the background.
 
@@ -457,27 +468,157 @@ class TransactionService:
         the answer's state says which. A retried EndTxn (the answer was lost)
         or one of the next transaction arriving while the previous one
         completes waits for it first, as the calls that begin a transaction do.
+
+        ``receipts`` (None: the client does not carry markers): the partition leaders' receipts of this
+        transaction's batches. With the node setting ``txn_carried_markers`` the markers of the data
+        partitions are then carried by the client's next transaction (the answer has their tokens), and
+        the previous transaction's carried markers are settled here and completed in the same write
+        (docs/carried-markers.md).
         """
         part = self.leading(transactional_id)
-        await self._await_previous(part, transactional_id, (producer_id, producer_epoch), retry=True)
         before = part.sm.get(transactional_id)
-        candidate = await self._candidate(before)
-        result = await self._propose(
-            part,
-            EndTxn,
-            transactional_id=transactional_id,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            commit=commit,
-            producer_id_candidate=candidate,
+        carry = receipts is not None and self.broker.config.txn_carried_markers and not wait_for_completion
+        settle, settled = False, self._valid_receipts(transactional_id, producer_id, producer_epoch, receipts or {})
+        pending = before.marker_plan() if before is not None else None
+        folds = (
+            carry
+            and before is not None
+            and pending is not None
+            and bool(pending.carried)
+            and classify(before, producer_id, producer_epoch) in _WAITING_IDENTITIES
         )
+        if folds:
+            assert pending is not None
+            await self._await_markers(part, pending, pending.explicit)
+            used = await self._settle(part, pending, pending.carried, settled)
+            settle, settled = used is not None, settled | (used or frozenset())
+        else:
+            await self._await_previous(part, transactional_id, (producer_id, producer_epoch), retry=True)
+            before = part.sm.get(transactional_id)
+        carry = carry and not (before is not None and before.state is TransactionState.PREPARED)
+        candidate = await self._candidate(before)
+        try:
+            result = await self._propose(
+                part,
+                EndTxn,
+                transactional_id=transactional_id,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                commit=commit,
+                producer_id_candidate=candidate,
+                carry=carry,
+                settle=settle,
+                settled_partitions=tuple(sorted(settled)),
+            )
+        finally:
+            if settle and pending is not None:
+                self._wake(pending)  # its driver looks again: the fold completed it, or it settles and completes
         assert isinstance(result, EndTxnResult), result
+        if settle and pending is not None:
+            self._completed_by_fold(part, pending, before)
+        tokens: dict[TopicPartition, bytes] = {}
         if result.markers is not None:
             self._hints.ended(transactional_id, producer_id, producer_epoch)
             task = self._ensure_driver(part, result.markers)
             if wait_for_completion or (before is not None and before.state is TransactionState.PREPARED):
                 await self._bounded(task)
-        return EndTxnAnswer(result, self._end_state(part, result))
+            tokens = self._tokens(result.markers, result.producer_id, result.producer_epoch)
+        return EndTxnAnswer(result, self._end_state(part, result), tokens)
+
+    def _valid_receipts(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, receipts: dict[TopicPartition, bytes]
+    ) -> frozenset[TopicPartition]:
+        """The partitions whose receipt is the cluster's for this producer and epoch (others are ignored)."""
+        check = self.broker.txn_tokens.check_receipt
+        return frozenset(
+            tp for tp, raw in receipts.items()
+            if check(raw, transactional_id, producer_id, producer_epoch, tp.topic, tp.partition)
+        )  # fmt: skip
+
+    def _tokens(self, plan: MarkerPlan, next_pid: int, next_epoch: int) -> dict[TopicPartition, bytes]:
+        control = ControlType.COMMIT if plan.commit else ControlType.ABORT
+        marker = CarriedMarker(control, plan.coordinator_epoch)
+        make = self.broker.txn_tokens.token
+        return {tp: make(plan.transactional_id, next_pid, next_epoch, tp.topic, tp.partition, marker)
+                for tp in plan.carried}  # fmt: skip
+
+    def _completed_by_fold(self, part: TxnPartition, plan: MarkerPlan, before: TransactionMetadata | None) -> None:
+        start_ms = before.txn_start_time_ms if before is not None else -1
+        outcome = TxnOutcome.COMMITTED if plan.commit else self._abort_reason.pop(plan.transactional_id,
+                                                                                 TxnOutcome.ABORTED)  # fmt: skip
+        self.broker.metrics.txn_completed(outcome, max(0.0, (now_ms() - start_ms) / 1000) if start_ms >= 0 else 0.0)
+
+    # ---- carried markers: settling (docs/carried-markers.md) ----------------------------------------
+
+    @staticmethod
+    def _plan_key(plan: MarkerPlan) -> tuple[str, int, int]:
+        return plan.transactional_id, plan.producer_id, plan.producer_epoch
+
+    def _wake(self, plan: MarkerPlan) -> None:
+        self._wake_driver.setdefault(self._plan_key(plan), asyncio.Event()).set()
+
+    async def _settle(
+        self,
+        part: TxnPartition,
+        plan: MarkerPlan,
+        tps: Iterable[TopicPartition],
+        receipted: frozenset[TopicPartition] = frozenset(),
+    ) -> frozenset[TopicPartition] | None:
+        """Settle ``plan``'s carried markers on ``tps``: by a receipt, else by a revoking marker.
+
+        Returns the partitions of ``tps`` the next transaction wrote to (settled earlier or now), or None
+        if ``plan`` is no longer pending or this node stopped leading before all were settled. Each
+        partition settled resolves its marker future (waiting verifications go on).
+        """
+        key = self._plan_key(plan)
+        term = part.group.term()
+        lock = self._settle_locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            meta = part.sm.get(plan.transactional_id)
+            if meta is None or meta.marker_plan() != plan:
+                return None
+            done = self._settled.setdefault(key, {})
+            for tp in tps:
+                if tp not in done and tp in receipted:
+                    done[tp] = True
+            todo = [tp for tp in tps if tp not in done]
+            results = await asyncio.gather(*(self._revoke(part, plan, tp, term) for tp in todo))
+            for tp, used in zip(todo, results, strict=True):
+                if used is not None:
+                    done[tp] = used
+            for tp in tps:
+                if tp in done:
+                    fut = self._marker_written(plan, tp)
+                    if not fut.done():
+                        fut.set_result(None)
+            if any(tp not in done for tp in tps):
+                return None
+            return frozenset(tp for tp in tps if done[tp])
+
+    async def _revoke(self, part: TxnPartition, plan: MarkerPlan, tp: TopicPartition, term: int) -> bool | None:
+        """A revoking marker on ``tp`` until it is applied: True if the reservation was used; None if deposed."""
+        control = ControlType.COMMIT if plan.commit else ControlType.ABORT
+        attempt = 0
+        while part.group.is_leader() and part.group.term() == term and not self._closing:
+            try:
+                res = await self.broker.revoke_txn_marker(
+                    tp.topic, tp.partition, plan.producer_id, plan.producer_epoch, term, control
+                )
+                if not res.used:
+                    self.broker.metrics.txn_marker_written(tp.topic, plan.commit)
+                return res.used
+            except BrokerError as exc:
+                code = exc.error_code
+                if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_PRODUCER_EPOCH):
+                    log.warning("revoking marker for %s of %s: %s; settled", tp, plan.transactional_id, exc)
+                    return False
+                if code is ErrorCode.TRANSACTION_COORDINATOR_FENCED:
+                    return None
+                if not code.retriable:
+                    log.error("revoking marker for %s of %s failed: %s (retrying)", tp, plan.transactional_id, exc)
+            await asyncio.sleep(_MARKER_BACKOFF_S[min(attempt, len(_MARKER_BACKOFF_S) - 1)])
+            attempt += 1
+        return None
 
     def _end_state(self, part: TxnPartition, result: EndTxnResult) -> TransactionState:
         """Prepare* while ``result``'s markers are still owed, else Complete* (the state EndTxn answers with)."""
@@ -720,6 +861,11 @@ class TransactionService:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.broker.config.request_timeout_ms / 1000
+        carried = [tp for tp in tps if tp in plan.carried]
+        if carried and part.group.is_leader():
+            # A carried marker a caller waits for (a verification, an add of the next transaction): settle it
+            # now with a revoking marker instead of waiting for the next EndTxn or the reservation timer.
+            await self._settle(part, plan, carried)
         gave_up = False  # the driver ended with markers still owed (deposed, or fenced by a newer coordinator)
         while True:
             meta = part.sm.get(plan.transactional_id)
@@ -788,7 +934,10 @@ class TransactionService:
             if not part.group.is_leader() or self._closing:
                 return
             awaited = plan
-            if not await self._bounded(self._ensure_driver(part, plan), deadline - loop.time()):
+            task = self._ensure_driver(part, plan)
+            if plan.carried:
+                self._wake(plan)  # settle the carried markers now: this caller needs the transaction complete
+            if not await self._bounded(task, deadline - loop.time()):
                 return
 
     async def _drive(self, part: TxnPartition, plan: MarkerPlan, term: int) -> None:
@@ -838,9 +987,15 @@ class TransactionService:
                 attempt += 1
             return False
 
-        results = await asyncio.gather(*(one(tp) for tp in sorted(plan.partitions, key=str)))
+        results = await asyncio.gather(*(one(tp) for tp in sorted(plan.explicit, key=str)))
         if not all(results):
             return
+        used: frozenset[TopicPartition] = frozenset()
+        if plan.carried:
+            settled = await self._await_carried(part, plan, term)
+            if settled is None:
+                return  # completed by the next EndTxn (the fold), or this node no longer leads
+            used = settled
         attempt = 0
         while still_leading():
             try:
@@ -851,19 +1006,43 @@ class TransactionService:
                     producer_id=plan.producer_id,
                     producer_epoch=plan.producer_epoch,
                     commit=plan.commit,
+                    settled_partitions=tuple(sorted(used)),
                 )
             except BrokerError as exc:
                 if exc.retriable:
                     await asyncio.sleep(_MARKER_BACKOFF_S[min(attempt, len(_MARKER_BACKOFF_S) - 1)])
                     attempt += 1
                     continue
-                log.error("CompleteTxn of %s failed: %s", plan.transactional_id, exc)
-                return
+                meta = part.sm.get(plan.transactional_id)
+                if meta is not None and meta.marker_plan() == plan:
+                    log.error("CompleteTxn of %s failed: %s", plan.transactional_id, exc)
+                return  # else completed meanwhile by the next EndTxn (carried markers' fold)
             if isinstance(result, CompleteTxnResult) and not result.already_complete:
                 outcome = TxnOutcome.COMMITTED if plan.commit else self._abort_reason.pop(key, TxnOutcome.ABORTED)
                 duration = (now_ms() - start_ms) / 1000 if start_ms >= 0 else time.monotonic() - started
                 self.broker.metrics.txn_completed(outcome, duration)
             return
+
+    async def _await_carried(self, part: TxnPartition, plan: MarkerPlan, term: int) -> frozenset[TopicPartition] | None:
+        """Wait for the next EndTxn to settle ``plan``'s carried markers, at most ``txn_reservation_ms``; then settle.
+
+        A plan this leader inherited (another term wrote it) is settled at once: its tokens may be in use,
+        and only revoking markers tell. Returns the partitions the next transaction wrote to, or None when
+        there is nothing left to complete here.
+        """
+        key = self._plan_key(plan)
+        wake = self._wake_driver.setdefault(key, asyncio.Event())
+        if plan.coordinator_epoch == term:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), self.broker.config.txn_reservation_ms / 1000)
+        try:
+            return await self._settle(part, plan, plan.carried)
+        finally:
+            self._wake_driver.pop(key, None)
+            self._settle_locks.pop(key, None)
+            meta = part.sm.get(plan.transactional_id)
+            if meta is None or meta.marker_plan() != plan:
+                self._settled.pop(key, None)
 
     # ---- produce-side verification (KIP-890) ---------------------------------------------------
 

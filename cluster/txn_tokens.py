@@ -13,14 +13,12 @@
 
 Both are HMAC-SHA256 (truncated to 16 bytes) under a key derived from the
 cluster secret, so only nodes of the cluster can make them. Wire form:
-URL-safe base64 without padding. Token bytes: version u8 | control type u8 |
+URL-safe base64 without padding (``clients.protocol.encode_token``). Token bytes: version u8 | control type u8 |
 coordinator epoch i32 | MAC; receipt bytes: version u8 | MAC.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import hmac
 import struct
@@ -28,7 +26,7 @@ from dataclasses import dataclass
 
 from clients.protocol import BrokerError, ControlType, ErrorCode
 
-__all__ = ["CarriedMarker", "TxnTokens", "decode_wire", "encode_wire"]
+__all__ = ["CarriedMarker", "TxnTokens"]
 
 _VERSION = 1
 _MAC_BYTES = 16
@@ -44,18 +42,6 @@ class CarriedMarker:
 
     control_type: ControlType
     coordinator_epoch: int
-
-
-def encode_wire(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def decode_wire(text: str, what: str) -> bytes:
-    """Bytes of a token or receipt as sent in JSON; ``INVALID_REQUEST`` if it is not base64url."""
-    try:
-        return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise BrokerError(ErrorCode.INVALID_REQUEST, f"{what} is not URL-safe base64") from exc
 
 
 class TxnTokens:

@@ -120,19 +120,33 @@ class AddPartitions(_ProducerCommand):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EndTxn(_ProducerCommand):
-    """EndTxn (TV2): PrepareCommit/PrepareAbort with an epoch bump. The candidate covers a rotation."""
+    """EndTxn (TV2): PrepareCommit/PrepareAbort with an epoch bump. The candidate covers a rotation.
+
+    Carried markers (docs/carried-markers.md): ``carry`` -- the decision's data partitions get their markers
+    from the client's next transaction (tokens). ``settle`` -- the previous transaction's carried markers are
+    all settled: it completes in the same apply, and its next transaction (the one this command ends) opens
+    with ``settled_partitions`` (receipted or found in use) besides the ones it added.
+    """
 
     OP: ClassVar[str] = "end_txn"
     commit: bool
     producer_id_candidate: int | None = None
+    carry: bool = False
+    settle: bool = False
+    settled_partitions: tuple[TopicPartition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompleteTxn(_ProducerCommand):
-    """Every marker of the prepare state with this marker identity is written: CompleteCommit/CompleteAbort."""
+    """Every marker of the prepare state with this marker identity is written: CompleteCommit/CompleteAbort.
+
+    ``settled_partitions``: carried partitions the next transaction already wrote to (a revoking marker found
+    them in use); the next transaction opens with them.
+    """
 
     OP: ClassVar[str] = "complete_txn"
     commit: bool
+    settled_partitions: tuple[TopicPartition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -295,8 +309,9 @@ def encode_command(cmd: Command) -> bytes:
     return json_bytes(body)
 
 
-# Each command class's (field name, reader), built on first use: decoding runs in every replica's apply.
-_FIELD_READERS: dict[type[Command], tuple[tuple[str, Callable[[Mapping[str, Any], str], Any]], ...]] = {}
+# Each command class's (field name, reader, whether it may be absent), built on first use: decoding runs in
+# every replica's apply. A field added later has a default and may be absent from commands written before it.
+_FIELD_READERS: dict[type[Command], tuple[tuple[str, Callable[[Mapping[str, Any], str], Any], bool], ...]] = {}
 
 
 def decode_command(raw: bytes) -> Command:
@@ -313,5 +328,7 @@ def decode_command(raw: bytes) -> Command:
         raise CommandDecodeError(f"unknown coordinator command {d.get('op')!r}")
     readers = _FIELD_READERS.get(cls)
     if readers is None:
-        readers = _FIELD_READERS[cls] = tuple((f.name, _READERS[str(f.type)]) for f in dataclasses.fields(cls))
-    return cls(**{name: read(d, name) for name, read in readers})
+        readers = _FIELD_READERS[cls] = tuple(
+            (f.name, _READERS[str(f.type)], f.default is not dataclasses.MISSING) for f in dataclasses.fields(cls)
+        )
+    return cls(**{name: read(d, name) for name, read, optional in readers if name in d or not optional})

@@ -22,6 +22,11 @@ Terms:
   written (pipelined adds, ``docs/pipelined-transactions.md``), and when the
   first of them was added. CompleteTxn opens that transaction (Ongoing) with
   them in the same apply.
+* **carried**: only in a prepare state: the partitions whose markers ride on
+  the client's next transaction (tokens, docs/carried-markers.md) instead of
+  being written by the coordinator. Until each is *settled* (a receipt, or a
+  revoking marker) the transaction cannot complete; a leader that resumes it
+  settles them with revoking markers.
 
 Values are immutable. Every change of ``state`` goes through
 ``transition_to``, which checks the transition table; there is no other way
@@ -88,6 +93,12 @@ class MarkerPlan:
     commit: bool
     partitions: tuple[TopicPartition, ...]
     coordinator_epoch: int
+    carried: tuple[TopicPartition, ...] = ()
+
+    @property
+    def explicit(self) -> tuple[TopicPartition, ...]:
+        """The partitions whose markers the coordinator writes itself."""
+        return tuple(tp for tp in self.partitions if tp not in self.carried)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +118,7 @@ class TransactionMetadata:
     coordinator_epoch: int = -1
     next_partitions: frozenset[TopicPartition] = field(default_factory=frozenset)
     next_start_ms: int = -1
+    carried: frozenset[TopicPartition] = field(default_factory=frozenset)
 
     @property
     def epoch_exhausted(self) -> bool:
@@ -156,6 +168,7 @@ class TransactionMetadata:
             commit=commit,
             partitions=tuple(sorted(self.partitions)),
             coordinator_epoch=self.coordinator_epoch,
+            carried=tuple(sorted(self.carried)),
         )
 
     def describe(self) -> dict[str, Any]:
@@ -173,6 +186,8 @@ class TransactionMetadata:
             "group_id": self.group_id,
             # Pipelined adds: what the client's next transaction added while this one's markers are written.
             "next_transaction_partitions": _partition_list(self.next_partitions),
+            # Carried markers: partitions whose marker rides on the next transaction's first batch there.
+            "carried_partitions": _partition_list(self.carried),
         }
 
 
@@ -213,6 +228,8 @@ def encode_metadata(meta: TransactionMetadata) -> bytes:
     if meta.next_partitions:  # absent in records written before pipelined adds; absent means none
         body["ntps"] = _topics_json(meta.next_partitions)
         body["nstart"] = meta.next_start_ms
+    if meta.carried:  # absent in records written before carried markers; absent means none
+        body["ctps"] = _topics_json(meta.carried)
     return encode_record(body, _FORMAT_VERSION)
 
 
@@ -238,6 +255,7 @@ def decode_metadata(raw: bytes, *, where: str) -> TransactionMetadata:
             coordinator_epoch=get_int(d, "cepoch"),
             next_partitions=next_partitions,
             next_start_ms=get_int(d, "nstart") if next_partitions else -1,
+            carried=_topics_from_json(d.get("ctps", {})),
         )
     except (CommandDecodeError, ValueError, TypeError) as exc:
         raise CoordinatorCorruptionError(f"{where}: malformed transaction metadata: {exc}") from exc

@@ -47,12 +47,14 @@ from coordinator.commands import (
     ResolvePrepared,
 )
 from coordinator.errors import CoordinatorError
+from coordinator.group_metadata import OFFSETS_TOPIC
 from coordinator.metadata import (
     EPOCH_EXHAUSTED,
     MAX_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     PreparedInfo,
+    TopicPartition,
     TransactionMetadata,
 )
 from coordinator.results import (
@@ -199,7 +201,12 @@ def _complete(meta: TransactionMetadata, now_ms: int) -> TransactionMetadata:
     adds), it opens in the same apply: Complete* -> Ongoing with them.
     """
     target = S.COMPLETE_COMMIT if meta.state is S.PREPARE_COMMIT else S.COMPLETE_ABORT
-    cleared: dict[str, Any] = {"partitions": frozenset(), "next_partitions": frozenset(), "next_start_ms": -1}
+    cleared: dict[str, Any] = {
+        "partitions": frozenset(),
+        "next_partitions": frozenset(),
+        "next_start_ms": -1,
+        "carried": frozenset(),
+    }
     if meta.next_producer_id != NO_PRODUCER_ID:
         cleared.update(producer_id=meta.next_producer_id, producer_epoch=0, next_producer_id=NO_PRODUCER_ID)
     done = meta.transition_to(target, now_ms, **cleared)
@@ -218,6 +225,7 @@ def _end(
     now_ms: int,
     coordinator_epoch: int,
     candidate: int | None,
+    carry: bool = False,
 ) -> Outcome:
     """Enter PrepareCommit/PrepareAbort (completing at once when there are no partitions, so no markers).
 
@@ -225,6 +233,8 @@ def _end(
     any late write of the ended transaction; the retry identity is recorded. An
     exhausted epoch also rotates the producer id at completion (KIP-890).
     Without ``bump`` (after a fence, which already bumped) no retry is accepted.
+    ``carry``: the markers of the data partitions ride on the client's next transaction (tokens,
+    docs/carried-markers.md); never with a rotation, since a carried marker is the batch's own producer's.
     """
     target = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
     rotate = bump and meta.epoch_exhausted
@@ -241,12 +251,16 @@ def _end(
         }
     else:
         changes = {"last_producer_id": NO_PRODUCER_ID, "last_producer_epoch": NO_PRODUCER_EPOCH}
+    carried = (
+        frozenset(tp for tp in meta.partitions if tp.topic != OFFSETS_TOPIC) if carry and bump and not rotate else None
+    )
     new = meta.transition_to(
         target,
         now_ms,
         next_producer_id=candidate if rotate and candidate is not None else NO_PRODUCER_ID,
         prepared=None,
         coordinator_epoch=coordinator_epoch,
+        carried=carried or frozenset(),
         **changes,
     )
     markers = new.marker_plan()
@@ -265,7 +279,28 @@ def _end_requested(meta: TransactionMetadata, cmd: EndTxn | ResolvePrepared) -> 
         now_ms=cmd.now_ms,
         coordinator_epoch=cmd.coordinator_epoch,
         candidate=cmd.producer_id_candidate,
+        carry=isinstance(cmd, EndTxn) and cmd.carry,
     )
+
+
+def _settled(meta: TransactionMetadata, partitions: tuple[TopicPartition, ...], now_ms: int) -> TransactionMetadata:
+    """Carried partitions the next transaction wrote to (receipts, or revoking markers that found them in use).
+
+    In a prepare state they join the next transaction's partitions (``next_partitions``); in Ongoing its
+    partitions; in Empty/Complete* they open it. Unknown to the client or not, data of that transaction is
+    on them, so they must get its marker.
+    """
+    if not partitions:
+        return meta
+    tps = frozenset(partitions)
+    if meta.state in PREPARE_STATES:
+        start = meta.next_start_ms if meta.next_partitions else now_ms
+        return meta.amended(now_ms, next_partitions=meta.next_partitions | tps, next_start_ms=start)
+    if meta.state is S.ONGOING:
+        return meta.amended(now_ms, partitions=meta.partitions | tps) if not tps <= meta.partitions else meta
+    if meta.state in (S.EMPTY, *COMPLETE_STATES):
+        return meta.transition_to(S.ONGOING, now_ms, partitions=tps, txn_start_time_ms=now_ms)
+    return meta
 
 
 def _fence_and_abort(meta: TransactionMetadata, now_ms: int, coordinator_epoch: int) -> Outcome:
@@ -489,6 +524,15 @@ def end_txn(meta: TransactionMetadata | None, cmd: EndTxn) -> Outcome:
     if meta is None:
         return _fail(ErrorCode.INVALID_PRODUCER_ID_MAPPING, f"unknown transactional id {tid!r}")
     ident = classify(meta, cmd.producer_id, cmd.producer_epoch)
+    if ident in (Identity.CURRENT, Identity.NEXT) and (cmd.settle or cmd.settled_partitions):
+        # Carried markers, the fold: the previous transaction's carried markers are settled, so it completes
+        # here (Prepare* -> Complete* -> Ongoing with its next transaction's partitions), and this command then
+        # ends that next transaction. Otherwise the receipted partitions only join the open transaction.
+        if cmd.settle and meta.state in PREPARE_STATES and meta.carried:
+            meta = _complete(_settled(meta, cmd.settled_partitions, cmd.now_ms), cmd.now_ms)
+        elif meta.state not in PREPARE_STATES:
+            meta = _settled(meta, cmd.settled_partitions, cmd.now_ms)
+        ident = classify(meta, cmd.producer_id, cmd.producer_epoch)
     state = meta.state
     if ident is Identity.RETRY:
         if not _same_direction(state, cmd.commit):
@@ -518,7 +562,7 @@ def complete_txn(meta: TransactionMetadata | None, cmd: CompleteTxn) -> Outcome:
     marker = (cmd.producer_id, cmd.producer_epoch)
     if meta.state in PREPARE_STATES and _same_direction(meta.state, cmd.commit):
         if marker == (meta.producer_id, meta.producer_epoch):
-            done = _complete(meta, cmd.now_ms)
+            done = _complete(_settled(meta, cmd.settled_partitions, cmd.now_ms), cmd.now_ms)
             return Outcome(CompleteTxnResult(tid, done.state, done.producer_id, done.producer_epoch, False), done)
     elif meta.state in COMPLETE_STATES and _same_direction(meta.state, cmd.commit):
         ended_by = (meta.last_producer_id, meta.last_producer_epoch + 1)  # the marker identity of an EndTxn

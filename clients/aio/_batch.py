@@ -149,7 +149,9 @@ class ProducerBatch:
         "size",
         "state",
         "thunks",
+        "token_taken",
         "topic",
+        "txn_token",
         "wait_for_predecessors",
         "wire",
     )
@@ -171,6 +173,8 @@ class ProducerBatch:
         self.producer_epoch = -1
         self.base_sequence = -1
         self.attempts = 0
+        self.txn_token: bytes | None = None  # carried marker (docs/carried-markers.md): on the first batch only
+        self.token_taken = False  # whether the transaction's token for this partition was looked for yet
         self.retry_at = 0.0
         self.maybe_written = False
         self.sent_with_live_predecessors = False

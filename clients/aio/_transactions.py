@@ -115,6 +115,10 @@ class TransactionManager:
         self.offset_groups: set[str] = set()  # groups added with AddOffsetsToTxn in the open transaction
         self.transactions_committed = 0
         self.transactions_aborted = 0
+        # Carried markers (docs/carried-markers.md): the last EndTxn's tokens, one per partition, for the next
+        # transaction's first batch there; and this transaction's receipts from the partition leaders.
+        self.tokens: dict[tuple[str, int], bytes] = {}
+        self.receipts: dict[tuple[str, int], bytes] = {}
         idempotence.listener = self
         idempotence.sending_allowed = False
 
@@ -202,6 +206,8 @@ class TransactionManager:
     def initialized(self, producer_id: int, epoch: int) -> None:
         self.idem.set_producer_id(producer_id, epoch)
         self.offset_groups.clear()
+        self.tokens.clear()
+        self.receipts.clear()
         self.transition_to(_S.READY)
 
     def begin(self) -> None:
@@ -241,10 +247,23 @@ class TransactionManager:
         """
         return bool(self.idem.sequenced_partitions()) or bool(self.offset_groups)
 
-    def ended(self, producer_id: int, epoch: int, *, committed: bool) -> None:
-        """EndTxn succeeded with the identity of the next transaction (or ended locally: same identity)."""
+    def take_token(self, topic: str, partition: int) -> bytes | None:
+        """The carried marker's token for the first batch of this transaction to ``topic-partition``, once."""
+        return self.tokens.pop((topic, partition), None)
+
+    def ended(
+        self, producer_id: int, epoch: int, *, committed: bool, tokens: dict[tuple[str, int], bytes] | None = None
+    ) -> None:
+        """EndTxn succeeded with the identity of the next transaction (or ended locally: same identity).
+
+        ``tokens``: the carried markers of the ended transaction, for the next one (None: keep the ones
+        held, as a transaction that ended locally leaves them unused).
+        """
         self.idem.set_producer_id(producer_id, epoch)
         self.offset_groups.clear()
+        self.receipts.clear()
+        if tokens is not None:
+            self.tokens = tokens
         self.abortable_error = None
         if committed:
             self.transactions_committed += 1

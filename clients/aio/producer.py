@@ -52,7 +52,9 @@ from ..protocol import (
     ErrorCode,
     ProducePartition,
     ProduceRequest,
+    decode_token,
     encode_produce_request,
+    encode_token,
 )
 from ..records import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction, RecordMetadata, TopicPartition
 from ._accumulator import METADATA_ERRORS, Outcome, RecordAccumulator
@@ -550,7 +552,10 @@ class AsyncProducer:
             return
         await self._wait_requests_idle(deadline)
         tid = txn.transactional_id
-        body = {"producer_id": cur.producer_id, "producer_epoch": cur.epoch, "commit": commit}
+        body: dict[str, Any] = {"producer_id": cur.producer_id, "producer_epoch": cur.epoch, "commit": commit}
+        # Carried markers: the partitions' receipts go back to the coordinator, which answers with tokens.
+        body["txn_receipts"] = [{"topic": t, "partition": p, "receipt": encode_token(r)}
+                                for (t, p), r in sorted(txn.receipts.items())]  # fmt: skip
         what = "commit_transaction" if commit else "abort_transaction"
         try:
             res = await self._coordinators.call("transaction", tid, transaction_path(tid, "end"), body, deadline, what)
@@ -558,7 +563,9 @@ class AsyncProducer:
             if exc.retriable:
                 raise  # outcome unknown: the same call again resumes it with the same identity
             raise txn.end_rejected(exc) from exc
-        txn.ended(int(res["producer_id"]), int(res["producer_epoch"]), committed=commit)
+        tokens = {(str(t["topic"]), int(t["partition"])): decode_token(str(t["token"]), "txn_tokens")
+                  for t in res.get("txn_tokens") or ()}  # fmt: skip
+        txn.ended(int(res["producer_id"]), int(res["producer_epoch"]), committed=commit, tokens=tokens)
         self._acc.reset_after_transaction()
         self._wake.set()
 
@@ -866,8 +873,14 @@ class AsyncProducer:
 
     async def _send_request(self, url: str, batches: list[ProducerBatch]) -> None:
         acc = self._acc
+        txn = self._txn
+        if txn is not None:
+            for b in batches:
+                if not b.token_taken:
+                    b.token_taken = True
+                    b.txn_token = txn.take_token(b.topic, b.partition)
         req = ProduceRequest(
-            tuple(ProducePartition(b.topic, b.partition, b.wire or b"") for b in batches),
+            tuple(ProducePartition(b.topic, b.partition, b.wire or b"", b.txn_token) for b in batches),
             acks=self._acks,
             timeout_ms=self._request_timeout_ms,
             transactional_id=self.transactional_id,
@@ -908,7 +921,12 @@ class AsyncProducer:
                     err = BrokerError(ErrorCode.from_name(str(code)), str(p.get("message") or ""), **extra)
                 else:
                     base, lat = int(p.get("base_offset", -1)), int(p.get("log_append_time", -1))
+                    receipt = p.get("txn_receipt")
+                    if txn is not None and isinstance(receipt, str):
+                        txn.receipts[(b.topic, b.partition)] = decode_token(receipt, "txn_receipt")
             if err is not None:
+                if err.error_code is ErrorCode.TRANSACTION_RESERVATION_REVOKED:
+                    b.txn_token = None  # resent without it: the partition leader verifies with the coordinator
                 self._errors[err.error_code.name] = self._errors.get(err.error_code.name, 0) + 1
                 if err.error_code is ErrorCode.NOT_LEADER_OR_FOLLOWER:
                     self._metadata.invalidate(b.topic, b.partition, err.extra.get("leader_url"))

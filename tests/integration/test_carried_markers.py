@@ -11,19 +11,23 @@ from typing import Any
 
 import pytest
 
+from clients import Producer
 from clients.protocol import (
     PRODUCE_CONTENT_TYPE,
     ControlType,
     ProducePartition,
     ProduceRequest,
     Record,
+    decode_token,
     encode_batch,
     encode_produce_request,
+    encode_token,
 )
 from cluster.peers import AUTH_HEADER, sign
-from cluster.txn_tokens import CarriedMarker, TxnTokens, decode_wire, encode_wire
+from cluster.txn_tokens import CarriedMarker, TxnTokens
 from tests.integration.test_transactions_http import TxnWriter, committed_values, control_batches, fetch, values
 from tests.support.cluster import LocalCluster, http
+from tests.support.txn_reads import consume_all, http_read, leader_url, wait_settled
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +44,8 @@ def carried_send(
         "transactional_id": w.tid,
         "partitions": [{
             "topic": TOPIC, "partition": partition, "producer_id": w.pid, "producer_epoch": epoch,
-            "base_sequence": 0, "records": [{"value": base64.b64encode(value).decode()}], "txn_token": encode_wire(tok),
+            "base_sequence": 0, "records": [{"value": base64.b64encode(value).decode()}],
+            "txn_token": encode_token(tok),
         }],
     }  # fmt: skip
     leader = w.c.wait_leaders(TOPIC, 3)[partition]
@@ -67,7 +72,7 @@ def test_a_token_carries_the_previous_marker_into_the_next_transactions_first_ba
     status, res = w.send(TOPIC, 0, [b"t0-a", b"t0-b"])
     assert status == 200, res
     # The leader's receipt names exactly this producer, epoch and partition.
-    receipt = decode_wire(res["partitions"][0]["txn_receipt"], "receipt")
+    receipt = decode_token(res["partitions"][0]["txn_receipt"], "receipt")
     assert tokens.check_receipt(receipt, w.tid, w.pid, epoch, TOPIC, 0)
     assert not tokens.check_receipt(receipt, w.tid, w.pid, epoch + 1, TOPIC, 0)
     assert fetch(c, TOPIC, 0, "read_committed")["records"] == []
@@ -76,7 +81,7 @@ def test_a_token_carries_the_previous_marker_into_the_next_transactions_first_ba
     status, res = carried_send(w, tokens, 0, epoch + 1, b"t1-a", ControlType.COMMIT)
     assert status == 200, res
     assert res["partitions"][0]["base_offset"] == 3  # the control batch took offset 2
-    assert tokens.check_receipt(decode_wire(res["partitions"][0]["txn_receipt"], "r"), w.tid, w.pid, epoch + 1,
+    assert tokens.check_receipt(decode_token(res["partitions"][0]["txn_receipt"], "r"), w.tid, w.pid, epoch + 1,
                                 TOPIC, 0)  # fmt: skip
     committed_values(c, TOPIC, 0, [b"t0-a", b"t0-b"])
     control_batches(c, TOPIC, 0, ["COMMIT"])
@@ -124,3 +129,71 @@ def test_the_binary_produce_form_carries_tokens(make_cluster: Any) -> None:
     rc = fetch(c, TOPIC, 2, "read_committed")
     assert rc["records"] == [] and rc["last_stable_offset"] == 2  # the new transaction, open at offset 2
     assert values(fetch(c, TOPIC, 2, "read_uncommitted")) == [b"old", b"new"]
+
+
+# ---- end to end: the client and the coordinator carry the markers ---------------------------------------
+
+
+def _pipeline(c: LocalCluster, t: str, tid: str, plan: list[bool]) -> tuple[dict[int, list[tuple[int, bytes]]], int]:
+    """Run one transaction per entry of ``plan`` (True: commit) on 3 partitions; the committed records, and the
+    coordinator's Raft writes from the second transaction on (the first one pays for the producer's start)."""
+    from tests.integration.test_txn_client import _coordinator_commits
+
+    expected: dict[int, list[tuple[int, bytes]]] = {q: [] for q in range(3)}
+    writes = 0
+    with Producer(c.urls, transactional_id=tid, linger_ms=0) as p:
+        p.init_transactions()
+        for n, commit in enumerate(plan):
+            if n == 1:
+                writes = -_coordinator_commits(c, tid)
+            p.begin_transaction()
+            futs = [(q, f"{n}-{q}".encode(), p.send(t, value=f"{n}-{q}".encode(), partition=q)) for q in range(3)]
+            acked = [(q, v, f.result(timeout=30).offset) for q, v, f in futs]
+            if commit:
+                p.commit_transaction()
+                for q, v, off in acked:
+                    expected[q].append((off, v))
+            else:
+                p.abort_transaction()
+        writes += _coordinator_commits(c, tid)
+    return expected, writes
+
+
+def test_a_steady_pipeline_costs_the_coordinator_one_write_per_transaction(make_cluster: Any) -> None:
+    # docs/carried-markers.md: EndTxn settles the previous transaction with the receipts and completes it in the
+    # same write; the markers ride on the next transaction's first batches. Aborts are carried the same way.
+    c = make_cluster(txn_carried_markers=True, txn_reservation_ms=3000)
+    t = "pipeline"
+    c.create_topic(t, partitions=3, rf=3)
+    c.wait_leaders(t, 3)
+    plan = [True, True, False, True, True, False, True]
+    expected, writes = _pipeline(c, t, "carried-pipeline", plan)
+    assert writes == len(plan) - 1, f"{writes} coordinator writes for {len(plan) - 1} transactions"
+    # The last transaction's markers have no next transaction to ride on: the reservation timer settles them.
+    wait_settled(c, t, range(3), timeout=30)
+    for q in range(3):
+        assert http_read(leader_url(c, t, q), t, q, "read_committed") == expected[q]
+    by_consumer = consume_all(c.urls, [(t, q) for q in range(3)], "read_committed")
+    assert {q: by_consumer[(t, q)] for q in range(3)} == expected
+    # Every partition holds one control batch per transaction, in order (COMMIT/ABORT as decided).
+    for q in range(3):
+        batches = fetch(c, t, q, "read_uncommitted", fmt="batches")["batches"]
+        kinds = [b["control_type"] for b in batches if b["is_control"]]
+        assert kinds == ["COMMIT" if commit else "ABORT" for commit in plan], (q, kinds)
+
+
+def test_revoked_reservations_send_the_batches_through_verification(make_cluster: Any) -> None:
+    # A reservation of 0 ms is revoked at once, before the next transaction's first batches arrive: each is
+    # refused (TRANSACTION_RESERVATION_REVOKED), resent without its token and verified as before; nothing is
+    # lost or doubled.
+    c = make_cluster(txn_carried_markers=True, txn_reservation_ms=0)
+    t = "revoked"
+    c.create_topic(t, partitions=3, rf=3)
+    c.wait_leaders(t, 3)
+    plan = [True, False, True, True]
+    expected, _ = _pipeline(c, t, "carried-revoked", plan)
+    wait_settled(c, t, range(3), timeout=30)
+    for q in range(3):
+        assert http_read(leader_url(c, t, q), t, q, "read_committed") == expected[q]
+        batches = fetch(c, t, q, "read_uncommitted", fmt="batches")["batches"]
+        assert [b["control_type"] for b in batches if b["is_control"]] == ["COMMIT" if x else "ABORT" for x in plan]

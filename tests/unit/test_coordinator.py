@@ -667,6 +667,7 @@ def test_list_and_describe_filter_by_state(coord: Coordinator) -> None:
     assert set(d) == {
         "transactional_id", "producer_id", "producer_epoch", "state", "timeout_ms", "start_time_ms",
         "last_update_time_ms", "partitions", "prepared_ms", "group_id", "next_transaction_partitions",
+        "carried_partitions",
     }  # fmt: skip
     assert json.loads(json.dumps(d)) == d
 

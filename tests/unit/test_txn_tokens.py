@@ -12,11 +12,13 @@ from clients.protocol import (
     ProduceRequest,
     Record,
     decode_produce_request,
+    decode_token,
     encode_batch,
     encode_produce_request,
+    encode_token,
 )
 from cluster.parsing import parse_json_produce
-from cluster.txn_tokens import CarriedMarker, TxnTokens, decode_wire, encode_wire
+from cluster.txn_tokens import CarriedMarker, TxnTokens
 
 TID, PID, EPOCH = "tx", 42, 7
 MARK = CarriedMarker(ControlType.ABORT, 12)
@@ -56,9 +58,9 @@ def test_receipts_check_every_field() -> None:
 
 def test_wire_form_round_trips_and_refuses_garbage() -> None:
     raw = bytes(range(22))
-    assert decode_wire(encode_wire(raw), "x") == raw and "=" not in encode_wire(raw)
+    assert decode_token(encode_token(raw), "x") == raw and "=" not in encode_token(raw)
     with pytest.raises(BrokerError) as exc:
-        decode_wire("not base64!", "txn_token")
+        decode_token("not base64!", "txn_token")
     assert exc.value.error_code is ErrorCode.INVALID_REQUEST
 
 
@@ -79,7 +81,7 @@ def test_the_binary_produce_form_carries_tokens_per_partition() -> None:
 
 def test_the_json_produce_form_takes_a_token_only_for_transactional_writes() -> None:
     part = {"topic": "t", "partition": 0, "producer_id": PID, "producer_epoch": EPOCH, "base_sequence": 0,
-            "records": [{"value": "dg=="}], "txn_token": encode_wire(b"tok")}  # fmt: skip
+            "records": [{"value": "dg=="}], "txn_token": encode_token(b"tok")}  # fmt: skip
     req = parse_json_produce({"transactional_id": TID, "partitions": [part]})
     assert req.partitions[0].txn_token == b"tok"
     for body in ({"partitions": [part]}, {"transactional_id": TID, "partitions": [{**part, "txn_token": "%%"}]},
