@@ -101,12 +101,30 @@ def transaction_and_group_paths() -> dict[str, Any]:
                             "default": False,
                             "description": "answer only after CompleteCommit/CompleteAbort",
                         },
+                        "txn_receipts": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "properties": {"topic": _STR, "partition": _INT, "receipt": _STR},
+                            },
+                            "description": "carried markers (docs/carried-markers.md): the produce answers' "
+                            "receipts of this transaction; the answer then has `txn_tokens` for the next one",
+                        },
                     },
                     ("producer_id", "producer_epoch", "commit"),
                     params=TID,
                 ),
                 "description": _END_TXN,
             }
+        },
+        "/v1/transactions/{transactional_id}/release": {
+            "post": _op(
+                "carried markers: give back the tokens the next transaction will not use (their markers are "
+                "written now)",
+                {**_IDENTITY, "partitions": {"type": "array", "items": _TP}},
+                ("producer_id", "producer_epoch", "partitions"),
+                params=TID,
+            )
         },
         "/v1/transactions/{transactional_id}/prepare": {
             "post": _op(

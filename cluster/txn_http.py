@@ -90,6 +90,7 @@ class TxnRoutes:
         r.add_post("/v1/transactions/{transactional_id}/partitions", self.add_partitions)
         r.add_post("/v1/transactions/{transactional_id}/end", self.end)
         r.add_post("/v1/transactions/{transactional_id}/prepare", self.prepare)
+        r.add_post("/v1/transactions/{transactional_id}/release", self.release)
         r.add_post("/v1/transactions/{transactional_id}/abort", self.abort)
         r.add_post("/v1/transaction-groups/{group_id}/end", self.group_end)
         r.add_post("/v1/transactions-by-prefix/abort", self.abort_prefix)
@@ -230,6 +231,20 @@ class TxnRoutes:
                 out["txn_tokens"] = [{"topic": tp.topic, "partition": tp.partition, "token": encode_token(tok)}
                                      for tp, tok in sorted(answer.tokens.items())]  # fmt: skip
             return out
+
+        return await self._routed(request, raw, call)
+
+    async def release(self, request: web.Request) -> web.Response:
+        """Carried markers: tokens the client will not use; the coordinator settles those partitions now."""
+        tid = self._tid(request)
+        raw, body = await self._body(request)
+        pid, epoch = _identity(body)
+        tps = _topic_partitions(body)
+
+        async def call() -> dict[str, Any]:
+            released = await self.txn.release(tid, pid, epoch, tps)
+            return {"transactional_id": tid,
+                    "released": [{"topic": tp.topic, "partition": tp.partition} for tp in released]}  # fmt: skip
 
         return await self._routed(request, raw, call)
 

@@ -525,6 +525,26 @@ class TransactionService:
             tokens = self._tokens(result.markers, result.producer_id, result.producer_epoch)
         return EndTxnAnswer(result, self._end_state(part, result), tokens)
 
+    async def release(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
+    ) -> list[TopicPartition]:
+        """Settle now the carried markers the client's current transaction will not use (its unused tokens).
+
+        Only the identity the tokens were given to may release them; anything else (the transaction moved
+        on, another identity) releases nothing. Returns the partitions settled by this call or before it.
+        """
+        part = self.leading(transactional_id)
+        meta = part.sm.get(transactional_id)
+        plan = meta.marker_plan() if meta is not None else None
+        if meta is None or plan is None or not plan.carried:
+            return []
+        if classify(meta, producer_id, producer_epoch) not in _WAITING_IDENTITIES:
+            return []
+        tps = sorted(set(partitions) & set(plan.carried))
+        if tps:
+            await self._settle(part, plan, tps)
+        return tps
+
     def _valid_receipts(
         self, transactional_id: str, producer_id: int, producer_epoch: int, receipts: dict[TopicPartition, bytes]
     ) -> frozenset[TopicPartition]:
@@ -598,24 +618,48 @@ class TransactionService:
     async def _revoke(self, part: TxnPartition, plan: MarkerPlan, tp: TopicPartition, term: int) -> bool | None:
         """A revoking marker on ``tp`` until it is applied: True if the reservation was used; None if deposed."""
         control = ControlType.COMMIT if plan.commit else ControlType.ABORT
+
+        async def send() -> bool:
+            res = await self.broker.revoke_txn_marker(
+                tp.topic, tp.partition, plan.producer_id, plan.producer_epoch, term, control
+            )
+            if not res.used:
+                self.broker.metrics.txn_marker_written(tp.topic, plan.commit)
+            return res.used
+
+        def leading() -> bool:
+            return part.group.is_leader() and part.group.term() == term and not self._closing
+
+        return await self._marker_until_applied(send, False, plan, tp, leading, "revoking marker")
+
+    @staticmethod
+    async def _marker_until_applied(
+        send: Callable[[], Awaitable[bool]],
+        superseded: bool,
+        plan: MarkerPlan,
+        tp: TopicPartition,
+        still_leading: Callable[[], bool],
+        what: str,
+    ) -> bool | None:
+        """``send()`` a marker until it is applied, with backoff, while ``still_leading()``; its answer.
+
+        ``superseded`` is the answer when the partition is gone or saw a newer epoch of the producer;
+        None when a newer coordinator fenced this one or the leadership was lost.
+        """
         attempt = 0
-        while part.group.is_leader() and part.group.term() == term and not self._closing:
+        while still_leading():
             try:
-                res = await self.broker.revoke_txn_marker(
-                    tp.topic, tp.partition, plan.producer_id, plan.producer_epoch, term, control
-                )
-                if not res.used:
-                    self.broker.metrics.txn_marker_written(tp.topic, plan.commit)
-                return res.used
+                return await send()
             except BrokerError as exc:
                 code = exc.error_code
                 if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_PRODUCER_EPOCH):
-                    log.warning("revoking marker for %s of %s: %s; settled", tp, plan.transactional_id, exc)
-                    return False
+                    log.warning("%s for %s of %s superseded: %s", what, tp, plan.transactional_id, exc)
+                    return superseded
                 if code is ErrorCode.TRANSACTION_COORDINATOR_FENCED:
+                    log.info("%s for %s fenced by a newer coordinator; leaving it to it", what, tp)
                     return None
                 if not code.retriable:
-                    log.error("revoking marker for %s of %s failed: %s (retrying)", tp, plan.transactional_id, exc)
+                    log.error("%s for %s of %s failed: %s (retrying)", what, tp, plan.transactional_id, exc)
             await asyncio.sleep(_MARKER_BACKOFF_S[min(attempt, len(_MARKER_BACKOFF_S) - 1)])
             attempt += 1
         return None
@@ -960,32 +1004,16 @@ class TransactionService:
             return written
 
         async def write(tp: TopicPartition) -> bool:
-            attempt = 0
-            while still_leading():
-                try:
-                    await self.broker.write_txn_marker(
-                        tp.topic, tp.partition, plan.producer_id, plan.producer_epoch, term, control
-                    )
-                    self.broker.metrics.txn_marker_written(tp.topic, plan.commit)
-                    return True
-                except BrokerError as exc:
-                    code = exc.error_code
-                    if code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                        log.warning("marker for %s skipped: the partition no longer exists", tp)
-                        return True
-                    if code is ErrorCode.INVALID_PRODUCER_EPOCH:
-                        # The partition already saw a newer epoch of this producer: this
-                        # transaction ended there before (a later one has begun).
-                        log.warning("marker for %s of %s superseded: %s", tp, plan.transactional_id, exc)
-                        return True
-                    if code is ErrorCode.TRANSACTION_COORDINATOR_FENCED:
-                        log.info("marker for %s fenced by a newer coordinator; leaving it to it", tp)
-                        return False
-                    if not code.retriable:
-                        log.error("marker for %s of %s failed: %s (retrying)", tp, plan.transactional_id, exc)
-                await asyncio.sleep(_MARKER_BACKOFF_S[min(attempt, len(_MARKER_BACKOFF_S) - 1)])
-                attempt += 1
-            return False
+            async def send() -> bool:
+                await self.broker.write_txn_marker(
+                    tp.topic, tp.partition, plan.producer_id, plan.producer_epoch, term, control
+                )
+                self.broker.metrics.txn_marker_written(tp.topic, plan.commit)
+                return True
+
+            # A partition gone, or one that saw a newer epoch of the producer (the transaction ended there
+            # before; a later one has begun): nothing left to write there.
+            return bool(await self._marker_until_applied(send, True, plan, tp, still_leading, "marker"))
 
         results = await asyncio.gather(*(one(tp) for tp in sorted(plan.explicit, key=str)))
         if not all(results):

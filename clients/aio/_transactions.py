@@ -118,6 +118,7 @@ class TransactionManager:
         # Carried markers (docs/carried-markers.md): the last EndTxn's tokens, one per partition, for the next
         # transaction's first batch there; and this transaction's receipts from the partition leaders.
         self.tokens: dict[tuple[str, int], bytes] = {}
+        self.token_generation = 0  # bumped with every new set of tokens (a release timer names its set)
         self.receipts: dict[tuple[str, int], bytes] = {}
         idempotence.listener = self
         idempotence.sending_allowed = False
@@ -264,6 +265,7 @@ class TransactionManager:
         self.receipts.clear()
         if tokens is not None:
             self.tokens = tokens
+            self.token_generation += 1
         self.abortable_error = None
         if committed:
             self.transactions_committed += 1

@@ -140,6 +140,7 @@ class AsyncProducer:
         metadata_max_age_ms: int = 300_000,
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60_000,
+        txn_token_release_ms: int = 20,
         url_rewrites: Mapping[str, str] | None = None,
         _on_release: Callable[[int], None] | None = None,
     ) -> None:
@@ -165,6 +166,9 @@ class AsyncProducer:
         self.client_id = client_id
         self.transactional_id = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
+        # Carried markers: tokens not used this long after a commit are given back, so the partitions the next
+        # transaction skips get their markers now (docs/carried-markers.md).
+        self._token_release_s = txn_token_release_ms / 1000
         self._key_ser = key_serializer
         self._value_ser = value_serializer
         self._request_timeout_ms = request_timeout_ms
@@ -379,6 +383,11 @@ class AsyncProducer:
                         await asyncio.shield(self._sender)
                 except TimeoutError:
                     self._acc.abort_incomplete(f"producer closed after {timeout}s with the batch unacknowledged")
+            release = self._release_unused_tokens() if self._loop is not None else None
+            if release is not None:  # the last commit's markers are written now instead of after the timer
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(5.0, timeout if timeout is not None else 5.0)):
+                        await asyncio.shield(release)
         finally:
             tasks = [t for t in (self._sender, self._metadata_task, self._init_task, *self._tasks) if t is not None]
             for t in tasks:
@@ -566,8 +575,32 @@ class AsyncProducer:
         tokens = {(str(t["topic"]), int(t["partition"])): decode_token(str(t["token"]), "txn_tokens")
                   for t in res.get("txn_tokens") or ()}  # fmt: skip
         txn.ended(int(res["producer_id"]), int(res["producer_epoch"]), committed=commit, tokens=tokens)
+        if tokens and self._loop is not None:
+            self._loop.call_later(self._token_release_s, self._release_unused_tokens, txn.token_generation)
         self._acc.reset_after_transaction()
         self._wake.set()
+
+    def _release_unused_tokens(self, generation: int | None = None) -> asyncio.Task[Any] | None:
+        """Give back the tokens of ``generation`` (None: whichever are held) no batch has taken yet."""
+        txn = self._txn
+        if txn is None or not txn.tokens or (generation is not None and generation != txn.token_generation):
+            return None
+        unused, txn.tokens = txn.tokens, {}
+        cur = self._idem.current
+        tid = txn.transactional_id
+        body = {"producer_id": cur.producer_id, "producer_epoch": cur.epoch,
+                "partitions": [{"topic": t, "partition": p} for t, p in sorted(unused)]}  # fmt: skip
+        deadline = time.monotonic() + self._request_timeout_ms / 1000
+
+        async def release() -> None:
+            try:
+                await self._coordinators.call(
+                    "transaction", tid, transaction_path(tid, "release"), body, deadline, "release tokens"
+                )
+            except BrokerError as exc:  # the coordinator's reservation timer settles them anyway
+                log.debug("releasing unused tokens of %s failed: %s", tid, exc)
+
+        return self._spawn(release())
 
     async def _wait_requests_idle(self, deadline: float) -> None:
         """Wait until no produce request is outstanding (expired batches' requests included)."""

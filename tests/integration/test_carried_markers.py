@@ -7,6 +7,7 @@ secret, as the coordinator will, and sends them with real produce requests over 
 from __future__ import annotations
 
 import base64
+import time
 from typing import Any
 
 import pytest
@@ -197,3 +198,29 @@ def test_revoked_reservations_send_the_batches_through_verification(make_cluster
         assert http_read(leader_url(c, t, q), t, q, "read_committed") == expected[q]
         batches = fetch(c, t, q, "read_uncommitted", fmt="batches")["batches"]
         assert [b["control_type"] for b in batches if b["is_control"]] == ["COMMIT" if x else "ABORT" for x in plan]
+
+
+def test_tokens_the_next_transaction_does_not_use_are_released_at_once(make_cluster: Any) -> None:
+    # The reservation timer is a minute here: only the client's release (txn_token_release_ms after a commit,
+    # and at close) can settle the partitions a transaction skips, or the last transaction of an idle producer.
+    c = make_cluster(txn_carried_markers=True, txn_reservation_ms=60_000)
+    t = "released"
+    c.create_topic(t, partitions=3, rf=3)
+    c.wait_leaders(t, 3)
+    with Producer(c.urls, transactional_id="carried-release", linger_ms=0) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        for q in range(3):
+            p.send(t, value=f"a-{q}".encode(), partition=q).result(timeout=30)
+        p.commit_transaction()
+        p.begin_transaction()
+        p.send(t, value=b"b-0", partition=0).result(timeout=30)  # partitions 1 and 2 are skipped
+        started = time.monotonic()
+        wait_settled(c, t, [1, 2], timeout=20)  # released after ~20 ms, not after a minute
+        assert time.monotonic() - started < 15
+        p.commit_transaction()
+        # Idle but open: the last commit's tokens are released too, so partition 0 settles.
+        wait_settled(c, t, [0], timeout=20)
+    expected = {0: [b"a-0", b"b-0"], 1: [b"a-1"], 2: [b"a-2"]}
+    for q in range(3):
+        assert [v for _, v in http_read(leader_url(c, t, q), t, q, "read_committed")] == expected[q]

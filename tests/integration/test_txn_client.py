@@ -522,12 +522,15 @@ def _coordinator_commits(c: LocalCluster, tid: str) -> int:
     return int(entry["commit_index"])
 
 
-def test_a_transaction_adds_its_partitions_in_one_coordinator_write_and_an_idle_producer_has_none_open(cluster):
+def test_a_transaction_adds_its_partitions_in_one_coordinator_write_and_an_idle_producer_has_none_open(make_cluster):
     # KIP-890 part 2 implicit adds, made cheap (cluster.txn_adds): the first batch of a transaction adds the
     # partitions the previous transaction wrote to, so the other partitions' verifications find them there.
     # A steady pipeline then costs the coordinator 3 writes per transaction (the add, PrepareCommit,
     # CompleteCommit) instead of one add per partition. A hinted partition left unwritten gets a marker that
     # takes no offset and is not hinted again; a producer that stops sending has no transaction open.
+    # This is the protocol without carried markers (they cost one write per transaction:
+    # tests/integration/test_carried_markers.py), as a client that does not carry them gets.
+    cluster = make_cluster(txn_carried_markers=False)
     t = topic(cluster, 3)
     tid = "client-hinted"
     url = cluster.urls[0] + f"/v1/transactions/{tid}"

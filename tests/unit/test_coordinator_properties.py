@@ -53,12 +53,13 @@ MAX_TIMEOUT = 900_000
 MAX_PREPARED = 50_000
 EXHAUSTED = 32766
 TIDS = ("a", "b")
-TPS = (TopicPartition("x", 0), TopicPartition("x", 1), TopicPartition("y", 0))
+TPS = (TopicPartition("x", 0), TopicPartition("x", 1), TopicPartition("y", 0), TopicPartition("__consumer_offsets", 3))
+OFFSETS = "__consumer_offsets"
 PREP = {S.PREPARE_COMMIT, S.PREPARE_ABORT}
 DONE = {S.COMPLETE_COMMIT, S.COMPLETE_ABORT}
-# States one apply may pass through: the fence, EndTxn with no partitions, and CompleteTxn that opens the
-# next transaction (pipelined adds).
-TRANSIENT = {S.PREPARE_EPOCH_FENCE, S.PREPARE_COMMIT, S.PREPARE_ABORT, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}
+# States one apply may pass through: the fence, EndTxn with no partitions, CompleteTxn that opens the next
+# transaction (pipelined adds), and EndTxn's fold (carried markers: Prepare* -> Complete* -> Ongoing -> Prepare*).
+TRANSIENT = {S.PREPARE_EPOCH_FENCE, S.PREPARE_COMMIT, S.PREPARE_ABORT, S.COMPLETE_COMMIT, S.COMPLETE_ABORT, S.ONGOING}
 
 
 @dataclass
@@ -75,6 +76,7 @@ class Txn:
     group: str | None = None
     next_parts: frozenset[TopicPartition] = frozenset()  # pipelined adds of the next transaction
     next_start: int = -1
+    carried: frozenset[TopicPartition] = frozenset()  # carried markers (docs/carried-markers.md)
 
     def ident(self, pid: int, epoch: int) -> str:
         nxt = (self.next_pid, 0) if self.next_pid is not None else (self.pid, self.epoch)
@@ -90,7 +92,10 @@ class Txn:
     def plan(self) -> MarkerPlan | None:
         if self.state not in PREP:
             return None
-        return MarkerPlan("", self.pid, self.epoch, self.state is S.PREPARE_COMMIT, tuple(sorted(self.parts)), 0)
+        return MarkerPlan(
+            "", self.pid, self.epoch, self.state is S.PREPARE_COMMIT, tuple(sorted(self.parts)), 0,
+            tuple(sorted(self.carried)),
+        )  # fmt: skip
 
 
 Expect = tuple[ErrorCode | None, Any, Txn | None]  # error, answered identity, model after
@@ -109,7 +114,7 @@ def _identity_error(m: Txn, who: str) -> ErrorCode | None:
 
 def _complete(m: Txn) -> Txn:
     m.state = S.COMPLETE_COMMIT if m.state is S.PREPARE_COMMIT else S.COMPLETE_ABORT
-    m.parts = frozenset()
+    m.parts, m.carried = frozenset(), frozenset()
     if m.next_pid is not None:
         m.pid, m.epoch, m.next_pid = m.next_pid, 0, None
     if m.next_parts:  # the next transaction added ahead: it opens now
@@ -118,11 +123,27 @@ def _complete(m: Txn) -> Txn:
     return m
 
 
-def _end(m: Txn, commit: bool, *, bump: bool, cand: int | None) -> Expect:
+def _settled(m: Txn, settled: frozenset[TopicPartition], now: int) -> Txn:
+    """Partitions the next transaction wrote to through carried markers join it (or open it)."""
+    m = dataclasses.replace(m)
+    if not settled:
+        return m
+    if m.state in PREP:
+        m.next_start = m.next_start if m.next_parts else now
+        m.next_parts |= settled
+    elif m.state is S.ONGOING:
+        m.parts |= settled
+    elif m.state in DONE | {S.EMPTY}:
+        m.state, m.parts, m.start = S.ONGOING, settled, now
+    return m
+
+
+def _end(m: Txn, commit: bool, *, bump: bool, cand: int | None, carry: bool = False) -> Expect:
     m = dataclasses.replace(m)
     rotate = bump and m.epoch >= EXHAUSTED
     if rotate and cand is None:
         return E.CONCURRENT_TRANSACTIONS, None, None
+    m.carried = frozenset(tp for tp in m.parts if tp.topic != OFFSETS) if carry and bump and not rotate else frozenset()
     if bump:
         m.last = (m.pid, m.epoch)
         m.epoch += 1
@@ -191,10 +212,20 @@ def model_add(m: Txn | None, pid: int, epoch: int, parts: frozenset[TopicPartiti
     return None, None, dataclasses.replace(m, state=S.ONGOING, parts=parts, start=now)
 
 
-def model_end(m: Txn | None, pid: int, epoch: int, commit: bool, cand: int | None) -> Expect:
+def model_end(
+    m: Txn | None, pid: int, epoch: int, commit: bool, cand: int | None,
+    carry: bool = False, settle: bool = False, settled: frozenset[TopicPartition] = frozenset(), now: int = 0,
+) -> Expect:  # fmt: skip
     if m is None:
         return E.INVALID_PRODUCER_ID_MAPPING, None, None
     who = m.ident(pid, epoch)
+    if who in ("current", "next") and (settle or settled):
+        # The fold: a carried prepare state completes first; elsewhere the settled partitions join the open one.
+        if settle and m.state in PREP and m.carried:
+            m = _complete(_settled(m, settled, now))
+        elif m.state not in PREP:
+            m = _settled(m, settled, now)
+        who = m.ident(pid, epoch)
     if who == "retry":
         if (m.state in (S.PREPARE_COMMIT, S.COMPLETE_COMMIT)) != commit:
             return E.INVALID_TXN_STATE, None, None
@@ -206,14 +237,16 @@ def model_end(m: Txn | None, pid: int, epoch: int, commit: bool, cand: int | Non
     if m.state is S.PREPARED and m.group is not None:
         return E.INVALID_TXN_STATE, None, None
     if m.state in (S.ONGOING, S.PREPARED) or (not commit and m.state in DONE | {S.EMPTY}):
-        return _end(m, commit, bump=True, cand=cand)
+        return _end(m, commit, bump=True, cand=cand, carry=carry)
     return E.INVALID_TXN_STATE, None, None
 
 
-def model_complete(m: Txn | None, pid: int, epoch: int, commit: bool) -> Expect:
+def model_complete(
+    m: Txn | None, pid: int, epoch: int, commit: bool, settled: frozenset[TopicPartition] = frozenset(), now: int = 0
+) -> Expect:
     if m is not None and (m.state in (S.PREPARE_COMMIT, S.COMPLETE_COMMIT)) == commit:
         if m.state in PREP and (pid, epoch) == (m.pid, m.epoch):
-            return None, None, _complete(dataclasses.replace(m))
+            return None, None, _complete(_settled(m, settled, now))
         ended_by = (m.last[0], m.last[1] + 1) if m.last and m.last[1] != -1 else None
         if m.state in DONE and (pid, epoch) in ((m.pid, m.epoch), ended_by):
             return None, None, None
@@ -344,18 +377,28 @@ class CoordinatorMachine(RuleBasedStateMachine):
         cmd = self.producer_cmd(AddPartitions, tid, pid, epoch, partitions=tuple(sorted(parts)))
         self.run(tid, cmd, model_add(self.model.get(tid), pid, epoch, parts, self.now))
 
-    @rule(tid=tids, who=whos, commit=st.booleans(), with_candidate=st.booleans())
-    def end(self, tid: str, who: str, commit: bool, with_candidate: bool) -> None:
+    settles = st.frozensets(st.sampled_from(TPS[:3]), max_size=2)
+
+    @rule(
+        tid=tids, who=whos, commit=st.booleans(), with_candidate=st.booleans(), carry=st.booleans(),
+        settle=st.booleans(), settled=settles,
+    )  # fmt: skip
+    def end(
+        self, tid: str, who: str, commit: bool, with_candidate: bool, carry: bool, settle: bool,
+        settled: frozenset[TopicPartition],
+    ) -> None:  # fmt: skip
         pid, epoch = self.identity(tid, who)
         cand = self.candidate() if with_candidate else None
-        cmd = self.producer_cmd(EndTxn, tid, pid, epoch, commit=commit, producer_id_candidate=cand)
-        self.run(tid, cmd, model_end(self.model.get(tid), pid, epoch, commit, cand))
+        cmd = self.producer_cmd(EndTxn, tid, pid, epoch, commit=commit, producer_id_candidate=cand, carry=carry,
+                                settle=settle, settled_partitions=tuple(sorted(settled)))  # fmt: skip
+        expect = model_end(self.model.get(tid), pid, epoch, commit, cand, carry, settle, settled, self.now)
+        self.run(tid, cmd, expect)
 
-    @rule(tid=tids, who=st.sampled_from(["current", "last", "older"]), commit=st.booleans())
-    def complete(self, tid: str, who: str, commit: bool) -> None:
+    @rule(tid=tids, who=st.sampled_from(["current", "last", "older"]), commit=st.booleans(), settled=settles)
+    def complete(self, tid: str, who: str, commit: bool, settled: frozenset[TopicPartition]) -> None:
         pid, epoch = self.identity(tid, who)
-        cmd = self.producer_cmd(CompleteTxn, tid, pid, epoch, commit=commit)
-        self.run(tid, cmd, model_complete(self.model.get(tid), pid, epoch, commit))
+        cmd = self.producer_cmd(CompleteTxn, tid, pid, epoch, commit=commit, settled_partitions=tuple(sorted(settled)))
+        self.run(tid, cmd, model_complete(self.model.get(tid), pid, epoch, commit, settled, self.now))
 
     @rule(tid=tids, who=whos, group=st.sampled_from([None, None, "g"]))
     def prepare(self, tid: str, who: str, group: str | None) -> None:
@@ -422,6 +465,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
             )
             assert (meta.last_producer_id, meta.last_producer_epoch) == last
             assert (meta.next_partitions, meta.next_start_ms) == (m.next_parts, m.next_start)
+            assert meta.carried == m.carried
             if meta.state is S.ONGOING:
                 assert meta.txn_start_time_ms == m.start
             assert meta.next_producer_id == (m.next_pid if m.next_pid is not None else -1)
