@@ -73,6 +73,26 @@ def proc_stat(pid: int) -> tuple[float, float, int]:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK, int(fields[21]) * _PAGE / 1e6, int(fields[17])
 
 
+def threads_cpu(pid: int, name_prefix: str) -> float:
+    """CPU seconds (user + system) of a process's threads whose name starts with ``name_prefix``."""
+    total = 0.0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if not f.read().startswith(name_prefix):
+                    continue
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        total += (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    return total
+
+
 def host_cpu() -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole host (all cores) from /proc/stat."""
     with open("/proc/stat") as f:
@@ -220,6 +240,14 @@ class BenchCluster:
     def nodes_cpu(self) -> float:
         """CPU seconds (user + system) used so far by the live node processes."""
         return sum(proc_stat(p.pid)[0] for p in self.procs.values() if p.poll() is None)
+
+    def nodes_rocksdb_cpu(self) -> float:
+        """CPU seconds used so far by RocksDB's background threads (flushes, compactions) of the live nodes.
+
+        That work is deferred: it runs while later data is written, so a short window is charged for its
+        predecessors' bytes. Comparisons between windows can leave it out.
+        """
+        return sum(threads_cpu(p.pid, "rocksdb") for p in self.procs.values() if p.poll() is None)
 
     def kill(self, node_id: int) -> None:
         p = self.procs[node_id]

@@ -107,6 +107,7 @@ async def _send_window(
     nodes_cpu: Callable[[], float] = lambda: 0.0,
     flush_only: bool = False,
     after_flush: Callable[[], Awaitable[None]] | None = None,
+    nodes_rocksdb_cpu: Callable[[], float] = lambda: 0.0,
 ) -> dict[str, Any]:
     """One window of ``opts.window`` s of full-speed sends; records/s acknowledged after ``opts.window_warmup`` s.
 
@@ -119,7 +120,7 @@ async def _send_window(
     commits: list[float] = []
     start = now = time.monotonic()
     t_w, t_end = start + opts.window_warmup, start + opts.window
-    a0, c0, n0 = -1, 0.0, 0.0
+    a0, c0, n0, r0 = -1, 0.0, 0.0, 0.0
     next_commit = start + interval
     i = 0
     while now < t_end:
@@ -130,6 +131,7 @@ async def _send_window(
         now = time.monotonic()
         if a0 < 0 and now >= t_w:
             a0, c0, n0, t_w = p.metrics()["records_acked"], self_cpu(), nodes_cpu(), now
+            r0 = nodes_rocksdb_cpu()
         if (transactional or flush_only) and now >= next_commit:
             if transactional:
                 await p.commit_transaction()
@@ -143,13 +145,14 @@ async def _send_window(
             if transactional:
                 p.begin_transaction()
             now, next_commit = done, done + interval
-    a1, c1, n1 = p.metrics()["records_acked"], self_cpu(), nodes_cpu()
+    a1, c1, n1, r1 = p.metrics()["records_acked"], self_cpu(), nodes_cpu(), nodes_rocksdb_cpu()
     wall = now - t_w
     if transactional:
         await p.commit_transaction()
         p.begin_transaction()
     await p.flush()
-    out: dict[str, Any] = {"records": a1 - a0, "seconds": wall, "client_cpu_s": c1 - c0, "nodes_cpu_s": n1 - n0}
+    out: dict[str, Any] = {"records": a1 - a0, "seconds": wall, "client_cpu_s": c1 - c0, "nodes_cpu_s": n1 - n0,
+                           "nodes_rocksdb_cpu_s": r1 - r0}  # fmt: skip
     if transactional or flush_only:
         out["commit_ms"] = commits  # how long each commit (or flush) blocked the sending loop
     return out
@@ -200,7 +203,10 @@ def _bootstrap_95(rounds: list[_Row], stat: Callable[[list[_Row]], float]) -> li
 
 
 async def produce_comparison(
-    urls: list[str], opts: argparse.Namespace, nodes_cpu: Callable[[], float] = lambda: 0.0
+    urls: list[str],
+    opts: argparse.Namespace,
+    nodes_cpu: Callable[[], float] = lambda: 0.0,
+    nodes_rocksdb_cpu: Callable[[], float] = lambda: 0.0,
 ) -> dict[str, Any]:
     """Idempotent vs transactional, in short alternating windows of two long-lived producers.
 
@@ -250,6 +256,7 @@ async def produce_comparison(
                         opts,
                         transactional=m == "transactional",
                         nodes_cpu=nodes_cpu,
+                        nodes_rocksdb_cpu=nodes_rocksdb_cpu,
                         flush_only=m in ("flushing", "one_write"),
                         after_flush=one_write.commit if m == "one_write" and one_write is not None else None,
                     )
@@ -261,6 +268,10 @@ async def produce_comparison(
 
     def _cpu_per_record(ws: list[dict[str, Any]], key: str = "client_cpu_s") -> float:
         return round(1e6 * sum(float(w[key]) for w in ws) / max(1, sum(int(w["records"]) for w in ws)), 2)
+
+    def _python_cpu_per_record(ws: list[dict[str, Any]]) -> float:
+        cpu = sum(float(w["nodes_cpu_s"]) - float(w["nodes_rocksdb_cpu_s"]) for w in ws)
+        return round(1e6 * cpu / max(1, sum(int(w["records"]) for w in ws)), 2)
 
     def _busy(ws: list[dict[str, Any]]) -> float:
         return round(sum(float(w["nodes_cpu_s"]) for w in ws) / sum(float(w["seconds"]) for w in ws), 3)
@@ -282,6 +293,11 @@ async def produce_comparison(
     def cpu_ratio(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> float:
         """Idempotent CPU per record over ``a``'s: the throughput ratio the nodes' cost alone implies."""
         return cpu_cost(b) / cpu_cost(a) if cpu_cost(a) > 0 else 0.0
+
+    def python_cpu_ratio(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> float:
+        """``cpu_ratio`` without RocksDB's background threads (``nodes_python_cpu_us_per_record``)."""
+        cost_a, cost_b = _python_cpu_per_record(a), _python_cpu_per_record(b)
+        return cost_b / cost_a if cost_a > 0 else 0.0
 
     def per_window(m: str) -> list[float]:
         return [round(a["records"] / a["seconds"] / (b["records"] / b["seconds"]), 3)
@@ -305,11 +321,16 @@ async def produce_comparison(
         "commit_share_of_time": round(sum(commits) / 1000 / secs, 3),
         "client_cpu_us_per_record": {m: _cpu_per_record(windows[m]) for m in modes},
         "nodes_cpu_us_per_record": {m: _cpu_per_record(windows[m], "nodes_cpu_s") for m in modes},
+        # Without RocksDB's background threads, whose work one window leaves to the next: the broker's own
+        # (Python) CPU per record, a steadier comparison of the modes.
+        "nodes_python_cpu_us_per_record": {m: _python_cpu_per_record(windows[m]) for m in modes},
         "nodes_busy_cores": {m: _busy(windows[m]) for m in modes},
         # The same comparison from the nodes' CPU per record: steadier than records/s on a shared machine,
         # and what sets throughput when the nodes are the bottleneck (busy cores equal in both modes).
         "cpu_ratio": round(cpu_ratio(windows["transactional"], windows["idempotent"]), 3),
         "cpu_ratio_95pct_interval": interval("transactional", cpu_ratio),
+        "python_cpu_ratio": round(python_cpu_ratio(windows["transactional"], windows["idempotent"]), 3),
+        "python_cpu_ratio_95pct_interval": interval("transactional", python_cpu_ratio),
         "config": {"record_size": opts.record_size, "commit_interval_ms": opts.commit_interval_ms,
                    "linger_ms": opts.linger_ms, "partitions": opts.partitions, "windows": opts.produce_windows,
                    "window_s": opts.window, "window_warmup_s": opts.window_warmup},
@@ -833,7 +854,9 @@ def run_txn_bench(opts: argparse.Namespace, settings: dict[str, Any] | None = No
         # leader balancer moving a partition mid-window costs that window retries and throughput.
         report["leaders_balanced"] = {t: cluster.preferred_leaders(t)[1] for t in topics}
         parts = {
-            "produce": lambda: asyncio.run(produce_comparison(urls, opts, cluster.nodes_cpu)),
+            "produce": lambda: asyncio.run(
+                produce_comparison(urls, opts, cluster.nodes_cpu, cluster.nodes_rocksdb_cpu)
+            ),
             "consume": lambda: asyncio.run(consume_comparison(urls, opts)),
             "latency": lambda: asyncio.run(visible_latency(urls, opts)),
             "cycle": lambda: asyncio.run(commit_cycle(urls, opts)),

@@ -19,6 +19,9 @@ def test_produce_part_compares_every_mode_and_the_floor_control_commits(capsys: 
     # Every mode acknowledged records in its window, and the transactional one committed every ~100 ms.
     for mode in ("idempotent", "transactional", "control", "flushing", "one_write"):
         assert res["nodes_cpu_us_per_record"][mode] > 0, mode
+        # The broker's own CPU leaves out RocksDB's background threads: less than the whole, but most of it.
+        assert 0 < res["nodes_python_cpu_us_per_record"][mode] <= res["nodes_cpu_us_per_record"][mode], mode
+    assert 0 < res["python_cpu_ratio"] < 10
     assert res["commits"] >= 5 and res["transactional_records_per_s"] > 0
     # The floor control's commit is a flush plus one offset commit: it blocked the loop, and its ratio exists.
     floor = res["one_write_floor"]
