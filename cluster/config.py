@@ -80,7 +80,7 @@ class NodeConfig:
     # Carried markers (docs/carried-markers.md): a client that asks for them gets tokens from EndTxn, and
     # produce answers carry receipts. A reservation not settled by the next EndTxn within
     # txn_reservation_ms is settled with revoking markers (keep it above a pipeline's commit interval).
-    txn_carried_markers: bool = True
+    txn_carried_markers: bool = False
     txn_reservation_ms: int = 1000
     # background work
     retention_check_interval_s: float = 30.0

@@ -630,7 +630,10 @@ class TransactionService:
         def leading() -> bool:
             return part.group.is_leader() and part.group.term() == term and not self._closing
 
-        return await self._marker_until_applied(send, False, plan, tp, leading, "revoking marker")
+        # A node that just took over, or a topic just created, may not know the topic yet: a revocation must not
+        # take that for "the partition is gone" (it would settle a partition whose marker was never written).
+        grace = self.broker.config.request_timeout_ms / 1000
+        return await self._marker_until_applied(send, False, plan, tp, leading, "revoking marker", grace)
 
     @staticmethod
     async def _marker_until_applied(
@@ -640,18 +643,25 @@ class TransactionService:
         tp: TopicPartition,
         still_leading: Callable[[], bool],
         what: str,
+        unknown_topic_grace_s: float = 0.0,
     ) -> bool | None:
         """``send()`` a marker until it is applied, with backoff, while ``still_leading()``; its answer.
 
         ``superseded`` is the answer when the partition is gone or saw a newer epoch of the producer;
-        None when a newer coordinator fenced this one or the leadership was lost.
+        None when a newer coordinator fenced this one or the leadership was lost. An unknown topic counts
+        as gone only once it has stayed unknown for ``unknown_topic_grace_s``.
         """
         attempt = 0
+        unknown_since: float | None = None
         while still_leading():
             try:
                 return await send()
             except BrokerError as exc:
                 code = exc.error_code
+                if code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    unknown_since = unknown_since if unknown_since is not None else time.monotonic()
+                    if time.monotonic() - unknown_since < unknown_topic_grace_s:
+                        code = ErrorCode.LEADER_NOT_AVAILABLE  # retried below, like a partition without a leader
                 if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_PRODUCER_EPOCH):
                     log.warning("%s for %s of %s superseded: %s", what, tp, plan.transactional_id, exc)
                     return superseded
