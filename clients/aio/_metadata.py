@@ -11,6 +11,7 @@ answers.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,9 @@ class PartitionInfo:
     log_start_offset: int
 
 
+_MISSING_TOPIC_GRACE_S = 30.0
+
+
 class MetadataCache:
     def __init__(
         self, session: HttpSession, bootstrap: str | Sequence[str], *, metadata_max_age_ms: int = 300_000
@@ -54,6 +58,9 @@ class MetadataCache:
         self._max_age = metadata_max_age_ms / 1000
         self._node_urls: dict[int, str] = {}
         self._topics: dict[str, dict[int, PartitionInfo]] = {}
+        # Topics a full refresh no longer listed, and since when: kept without leaders for a while, because
+        # the node that answered may simply not have caught up yet (just restarted, or a topic just created).
+        self._missing_since: dict[str, float] = {}
         self._fetched_at = 0.0
         self._refreshing: asyncio.Future[None] | None = None
 
@@ -172,6 +179,19 @@ class MetadataCache:
                     log_start_offset=int(p.get("log_start_offset", 0)),
                 )
             topics[t["name"]] = parts
+        now = time.monotonic()
+        if not partial:
+            for name, parts in self._topics.items():
+                if name in topics:
+                    continue
+                since = self._missing_since.setdefault(name, now)
+                if now - since < _MISSING_TOPIC_GRACE_S:
+                    # Leaderless until a node that knows it answers: LEADER_NOT_AVAILABLE (retriable), not
+                    # UNKNOWN_TOPIC_OR_PARTITION; after the grace period it is gone.
+                    topics[name] = {p: dataclasses.replace(i, leader=None, leader_url=None) for p, i in parts.items()}
+            listed = {str(t["name"]) for t in body.get("topics", [])}
+            for name in [n for n in self._missing_since if n in listed or n not in topics]:
+                del self._missing_since[name]
         self._topics = topics
         if not partial:
-            self._fetched_at = time.monotonic()
+            self._fetched_at = now
