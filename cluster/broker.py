@@ -603,6 +603,7 @@ class Broker:
                         p.partition,
                     )  # fmt: skip
                     self._carried_epochs[(p.topic, p.partition, header.producer_id)] = header.producer_epoch
+                    self._carried_epochs.move_to_end((p.topic, p.partition, header.producer_id))
                     if len(self._carried_epochs) > _CARRIED_EPOCHS_KEPT:
                         self._carried_epochs.popitem(last=False)
                 elif (

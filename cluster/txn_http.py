@@ -14,6 +14,7 @@ drive commit-group members on other coordinators.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -50,15 +51,24 @@ def _bool(body: dict[str, Any], key: str) -> bool:
     return v
 
 
-def _topic_partitions(body: dict[str, Any]) -> list[TopicPartition]:
+def _partition_items(body: dict[str, Any], key: str, max_len: int) -> list[tuple[TopicPartition, dict[str, Any]]]:
+    """``body[key]``: a list of objects naming a topic and partition; each with its partition."""
     out = []
-    for i, item in enumerate(parsing.get_list(body, "partitions", max_len=_MAX_PARTITIONS)):
+    for i, item in enumerate(parsing.get_list(body, key, max_len=max_len)):
         if not isinstance(item, dict):
-            raise BrokerError(ErrorCode.INVALID_REQUEST, f"partitions[{i}] must be an object")
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"{key}[{i}] must be an object")
         topic = parsing.get_str(item, "topic", max_len=249)
         assert topic is not None
-        out.append(TopicPartition(topic, parsing.get_int(item, "partition", lo=0, hi=2**31 - 1)))
+        out.append((TopicPartition(topic, parsing.get_int(item, "partition", lo=0, hi=2**31 - 1)), item))
     return out
+
+
+def _topic_partitions(body: dict[str, Any]) -> list[TopicPartition]:
+    return [tp for tp, _ in _partition_items(body, "partitions", _MAX_PARTITIONS)]
+
+
+def _partitions_json(tps: Iterable[TopicPartition]) -> list[dict[str, Any]]:
+    return [{"topic": tp.topic, "partition": tp.partition} for tp in tps]
 
 
 def _identity(body: dict[str, Any]) -> tuple[int, int]:
@@ -204,8 +214,7 @@ class TxnRoutes:
 
         async def call() -> dict[str, Any]:
             res = await self.txn.add_partitions(tid, pid, epoch, tps)
-            return {"transactional_id": tid, "added": [{"topic": tp.topic, "partition": tp.partition}
-                                                       for tp in res.added]}  # fmt: skip
+            return {"transactional_id": tid, "added": _partitions_json(res.added)}
 
         return await self._routed(request, raw, call)
 
@@ -243,8 +252,7 @@ class TxnRoutes:
 
         async def call() -> dict[str, Any]:
             released = await self.txn.release(tid, pid, epoch, tps)
-            return {"transactional_id": tid,
-                    "released": [{"topic": tp.topic, "partition": tp.partition} for tp in released]}  # fmt: skip
+            return {"transactional_id": tid, "released": _partitions_json(released)}
 
         return await self._routed(request, raw, call)
 
@@ -424,13 +432,8 @@ def _receipts(body: dict[str, Any]) -> dict[TopicPartition, bytes] | None:
     if body.get("txn_receipts") is None:
         return None
     out: dict[TopicPartition, bytes] = {}
-    for i, item in enumerate(parsing.get_list(body, "txn_receipts", max_len=_MAX_RECEIPTS)):
-        if not isinstance(item, dict):
-            raise BrokerError(ErrorCode.INVALID_REQUEST, f"txn_receipts[{i}] must be an object")
-        topic = parsing.get_str(item, "topic", max_len=249)
-        assert topic is not None
+    for i, (tp, item) in enumerate(_partition_items(body, "txn_receipts", _MAX_RECEIPTS)):
         receipt = parsing.get_str(item, "receipt", max_len=64)
         assert receipt is not None
-        tp = TopicPartition(topic, parsing.get_int(item, "partition", lo=0, hi=2**31 - 1))
         out[tp] = decode_token(receipt, f"txn_receipts[{i}].receipt")
     return out
