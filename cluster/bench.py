@@ -73,24 +73,33 @@ def proc_stat(pid: int) -> tuple[float, float, int]:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK, int(fields[21]) * _PAGE / 1e6, int(fields[17])
 
 
-def threads_cpu(pid: int, name_prefix: str) -> float:
-    """CPU seconds (user + system) of a process's threads whose name starts with ``name_prefix``."""
-    total = 0.0
+def threads_cpu_by_kind(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) of a process's threads, summed by kind: ``event-loop`` (a node's main thread),
+    else the thread's OS name without its number (``raft-ticker``, ``raft-listener``, ``rocksdb``), or ``other``
+    for threads that kept the process's name."""
+    out: dict[str, float] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return 0.0
+        return out
     for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                if not f.read().startswith(name_prefix):
-                    continue
+                comm = f.read().strip()
             with open(f"/proc/{pid}/task/{tid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:  # the thread ended meanwhile
             continue
-        total += (int(fields[11]) + int(fields[12])) / _CLK_TCK
-    return total
+        if tid == str(pid):
+            kind = "event-loop"
+        elif comm.startswith("rocksdb"):
+            kind = "rocksdb"
+        elif comm.startswith("python") or comm.startswith("txbroker"):
+            kind = "other"
+        else:
+            kind = comm.rstrip("0123456789").rstrip("-:") or comm
+        out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    return out
 
 
 def host_cpu() -> tuple[float, float]:
@@ -241,13 +250,18 @@ class BenchCluster:
         """CPU seconds (user + system) used so far by the live node processes."""
         return sum(proc_stat(p.pid)[0] for p in self.procs.values() if p.poll() is None)
 
-    def nodes_rocksdb_cpu(self) -> float:
-        """CPU seconds used so far by RocksDB's background threads (flushes, compactions) of the live nodes.
+    def nodes_cpu_by_kind(self) -> dict[str, float]:
+        """CPU seconds used so far by the live nodes' threads, summed by kind (``threads_cpu_by_kind``)."""
+        out: dict[str, float] = {}
+        for p in self.procs.values():
+            if p.poll() is None:
+                for kind, cpu in threads_cpu_by_kind(p.pid).items():
+                    out[kind] = out.get(kind, 0.0) + cpu
+        return out
 
-        That work is deferred: it runs while later data is written, so a short window is charged for its
-        predecessors' bytes. Comparisons between windows can leave it out.
-        """
-        return sum(threads_cpu(p.pid, "rocksdb") for p in self.procs.values() if p.poll() is None)
+    def raft_messages_sent(self) -> float:
+        """Raft frames the live nodes have sent so far, all groups (their ``/metrics``)."""
+        return sum_samples(self.scrape_nodes(), "txbroker_raft_messages_sent_total")
 
     def kill(self, node_id: int) -> None:
         p = self.procs[node_id]

@@ -107,7 +107,8 @@ async def _send_window(
     nodes_cpu: Callable[[], float] = lambda: 0.0,
     flush_only: bool = False,
     after_flush: Callable[[], Awaitable[None]] | None = None,
-    nodes_rocksdb_cpu: Callable[[], float] = lambda: 0.0,
+    nodes_cpu_by_kind: Callable[[], dict[str, float]] = dict,
+    raft_messages: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
     """One window of ``opts.window`` s of full-speed sends; records/s acknowledged after ``opts.window_warmup`` s.
 
@@ -118,9 +119,13 @@ async def _send_window(
     """
     interval = opts.commit_interval_ms / 1000
     commits: list[float] = []
+    # Raft messages over the whole window (warm-up and final drain included), read outside the timed loop.
+    msgs0 = await asyncio.to_thread(raft_messages) if raft_messages is not None else 0.0
+    acked0 = p.metrics()["records_acked"]
     start = now = time.monotonic()
     t_w, t_end = start + opts.window_warmup, start + opts.window
-    a0, c0, n0, r0 = -1, 0.0, 0.0, 0.0
+    a0, c0, n0, q0, b0 = -1, 0.0, 0.0, 0, 0
+    k0: dict[str, float] = {}
     next_commit = start + interval
     i = 0
     while now < t_end:
@@ -130,8 +135,9 @@ async def _send_window(
             continue
         now = time.monotonic()
         if a0 < 0 and now >= t_w:
-            a0, c0, n0, t_w = p.metrics()["records_acked"], self_cpu(), nodes_cpu(), now
-            r0 = nodes_rocksdb_cpu()
+            m0 = p.metrics()
+            a0, c0, n0, t_w = m0["records_acked"], self_cpu(), nodes_cpu(), now
+            k0, q0, b0 = nodes_cpu_by_kind(), m0["requests"], m0["batches"]
         if (transactional or flush_only) and now >= next_commit:
             if transactional:
                 await p.commit_transaction()
@@ -145,14 +151,19 @@ async def _send_window(
             if transactional:
                 p.begin_transaction()
             now, next_commit = done, done + interval
-    a1, c1, n1, r1 = p.metrics()["records_acked"], self_cpu(), nodes_cpu(), nodes_rocksdb_cpu()
+    m1 = p.metrics()
+    a1, c1, n1, k1 = m1["records_acked"], self_cpu(), nodes_cpu(), nodes_cpu_by_kind()
     wall = now - t_w
     if transactional:
         await p.commit_transaction()
         p.begin_transaction()
     await p.flush()
-    out: dict[str, Any] = {"records": a1 - a0, "seconds": wall, "client_cpu_s": c1 - c0, "nodes_cpu_s": n1 - n0,
-                           "nodes_rocksdb_cpu_s": r1 - r0}  # fmt: skip
+    msgs = (await asyncio.to_thread(raft_messages) - msgs0) if raft_messages is not None else 0.0
+    out: dict[str, Any] = {"raft_messages": msgs, "window_records": p.metrics()["records_acked"] - acked0,
+                           "records": a1 - a0, "seconds": wall, "client_cpu_s": c1 - c0, "nodes_cpu_s": n1 - n0,
+                           "nodes_cpu_by_thread_s": {k: v - k0.get(k, 0.0) for k, v in k1.items()},
+                           "requests": m1["requests"] - q0,
+                           "batches": m1["batches"] - b0}  # fmt: skip
     if transactional or flush_only:
         out["commit_ms"] = commits  # how long each commit (or flush) blocked the sending loop
     return out
@@ -206,7 +217,8 @@ async def produce_comparison(
     urls: list[str],
     opts: argparse.Namespace,
     nodes_cpu: Callable[[], float] = lambda: 0.0,
-    nodes_rocksdb_cpu: Callable[[], float] = lambda: 0.0,
+    nodes_cpu_by_kind: Callable[[], dict[str, float]] = dict,
+    raft_messages: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
     """Idempotent vs transactional, in short alternating windows of two long-lived producers.
 
@@ -256,7 +268,8 @@ async def produce_comparison(
                         opts,
                         transactional=m == "transactional",
                         nodes_cpu=nodes_cpu,
-                        nodes_rocksdb_cpu=nodes_rocksdb_cpu,
+                        nodes_cpu_by_kind=nodes_cpu_by_kind,
+                        raft_messages=raft_messages,
                         flush_only=m in ("flushing", "one_write"),
                         after_flush=one_write.commit if m == "one_write" and one_write is not None else None,
                     )
@@ -269,8 +282,21 @@ async def produce_comparison(
     def _cpu_per_record(ws: list[dict[str, Any]], key: str = "client_cpu_s") -> float:
         return round(1e6 * sum(float(w[key]) for w in ws) / max(1, sum(int(w["records"]) for w in ws)), 2)
 
+    def _by_thread(ws: list[dict[str, Any]]) -> dict[str, float]:
+        kinds = {k for w in ws for k in w["nodes_cpu_by_thread_s"]}
+        records = max(1, sum(int(w["records"]) for w in ws))
+        return {k: round(1e6 * sum(float(w["nodes_cpu_by_thread_s"].get(k, 0.0)) for w in ws) / records, 2)
+                for k in sorted(kinds)}  # fmt: skip
+
+    def _raft_per_1k(ws: list[dict[str, Any]]) -> float:
+        records = max(1, sum(int(w["window_records"]) for w in ws))
+        return round(1000 * sum(float(w["raft_messages"]) for w in ws) / records, 1)
+
+    def _per_1k(ws: list[dict[str, Any]], key: str) -> float:
+        return round(1000 * sum(int(w[key]) for w in ws) / max(1, sum(int(w["records"]) for w in ws)), 2)
+
     def _python_cpu_per_record(ws: list[dict[str, Any]]) -> float:
-        cpu = sum(float(w["nodes_cpu_s"]) - float(w["nodes_rocksdb_cpu_s"]) for w in ws)
+        cpu = sum(float(w["nodes_cpu_s"]) - float(w["nodes_cpu_by_thread_s"].get("rocksdb", 0.0)) for w in ws)
         return round(1e6 * cpu / max(1, sum(int(w["records"]) for w in ws)), 2)
 
     def _busy(ws: list[dict[str, Any]]) -> float:
@@ -320,11 +346,18 @@ async def produce_comparison(
         "commit_ms_p99": _pct(commits, 0.99),
         "commit_share_of_time": round(sum(commits) / 1000 / secs, 3),
         "client_cpu_us_per_record": {m: _cpu_per_record(windows[m]) for m in modes},
+        # Produce requests and batches per 1,000 acknowledged records: a commit's part-full batches show here.
+        "requests_per_1k_records": {m: _per_1k(windows[m], "requests") for m in modes},
+        "batches_per_1k_records": {m: _per_1k(windows[m], "batches") for m in modes},
+        # Raft frames the nodes sent per 1,000 records, over whole windows (warm-up and final drain included).
+        "raft_messages_per_1k_records": {m: _raft_per_1k(windows[m]) for m in modes},
         "nodes_cpu_us_per_record": {m: _cpu_per_record(windows[m], "nodes_cpu_s") for m in modes},
         # Without RocksDB's background threads, whose work one window leaves to the next: the broker's own
         # (Python) CPU per record, a steadier comparison of the modes.
         "nodes_python_cpu_us_per_record": {m: _python_cpu_per_record(windows[m]) for m in modes},
         "nodes_busy_cores": {m: _busy(windows[m]) for m in modes},
+        # Where the nodes' CPU goes, by thread: the event loop (HTTP, coordinators), the Raft tickers, RocksDB.
+        "nodes_cpu_us_per_record_by_thread": {m: _by_thread(windows[m]) for m in modes},
         # The same comparison from the nodes' CPU per record: steadier than records/s on a shared machine,
         # and what sets throughput when the nodes are the bottleneck (busy cores equal in both modes).
         "cpu_ratio": round(cpu_ratio(windows["transactional"], windows["idempotent"]), 3),
@@ -363,12 +396,13 @@ async def produce_comparison(
         out["one_write_floor"] = {
             "nodes_cpu_ms_per_commit": per_commit_ms("one_write"),
             **versus_idempotent("one_write"),
-            "commit_ms_p50": _pct([c for w in windows["one_write"] for c in w["commit_ms"]], 50),
+            "commit_ms_p50": _pct([c for w in windows["one_write"] for c in w["commit_ms"]], 0.5),
         }
     out["flush_only"] = {
         "nodes_cpu_ms_per_flush": per_commit_ms("flushing"),
         **versus_idempotent("flushing"),
         "transactional_vs_flushing": round(rate(windows["transactional"]) / rate(windows["flushing"]), 3),
+        "flush_ms_p50": _pct([c for w in windows["flushing"] for c in w["commit_ms"]], 0.5),
     }
     if opts.aa_control:
         out["aa_control"] = {**versus_idempotent("control"), "ratio_per_window_pair": per_window("control")}
@@ -855,7 +889,7 @@ def run_txn_bench(opts: argparse.Namespace, settings: dict[str, Any] | None = No
         report["leaders_balanced"] = {t: cluster.preferred_leaders(t)[1] for t in topics}
         parts = {
             "produce": lambda: asyncio.run(
-                produce_comparison(urls, opts, cluster.nodes_cpu, cluster.nodes_rocksdb_cpu)
+                produce_comparison(urls, opts, cluster.nodes_cpu, cluster.nodes_cpu_by_kind, cluster.raft_messages_sent)
             ),
             "consume": lambda: asyncio.run(consume_comparison(urls, opts)),
             "latency": lambda: asyncio.run(visible_latency(urls, opts)),

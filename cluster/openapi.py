@@ -68,7 +68,10 @@ _PRODUCE_RESULT = _obj(
         "error_code": _STR,
         "message": {"type": ["string", "null"]},
         # carried markers (docs/carried-markers.md; node setting txn_carried_markers): the leader's receipt
-        "txn_receipt": {"type": "string", "description": "URL-safe base64 receipt of a transactional batch"},
+        "txn_receipt": {
+            "type": "string",
+            "description": "URL-safe base64 receipt of a transaction's first batch on the partition (sequence 0)",
+        },
     }
 )
 

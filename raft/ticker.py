@@ -32,6 +32,8 @@ from typing import Protocol, TypeVar
 
 from pysyncobj.poller import POLL_EVENT_TYPE, PollPoller
 
+from .thread_names import name_os_thread
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -261,6 +263,7 @@ class TickerShard:
             task()
 
     def _run(self) -> None:
+        name_os_thread()
         next_full = 0.0
         while True:
             self._run_tasks()

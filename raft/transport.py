@@ -40,6 +40,7 @@ from raft.connection import (
     FrameConnection,
 )
 from raft.frame_crypto import NONCE_BYTES
+from raft.thread_names import name_os_thread
 
 logger = logging.getLogger(__name__)
 
@@ -253,6 +254,7 @@ class Listener:
         self._wake_w.close()
 
     def _run(self) -> None:
+        name_os_thread()
         while not self._stopping:
             timeout = 1.0
             if self._pending:

@@ -21,6 +21,15 @@ def test_produce_part_compares_every_mode_and_the_floor_control_commits(capsys: 
         assert res["nodes_cpu_us_per_record"][mode] > 0, mode
         # The broker's own CPU leaves out RocksDB's background threads: less than the whole, but most of it.
         assert 0 < res["nodes_python_cpu_us_per_record"][mode] <= res["nodes_cpu_us_per_record"][mode], mode
+        # The nodes' CPU by thread: the Raft tickers and the event loop both worked, and
+        # the kinds add up to no more than the whole (threads that ended meanwhile are not counted).
+        by_thread = res["nodes_cpu_us_per_record_by_thread"][mode]
+        assert by_thread["raft-ticker"] > 0 and by_thread["event-loop"] > 0, (mode, by_thread)
+        assert sum(by_thread.values()) <= res["nodes_cpu_us_per_record"][mode] * 1.01 + 0.05, (mode, by_thread)
+        # 1 KB records in batches of at most 64 KB: at least ~15 batches and requests per 1,000 records (a
+        # request may carry batches of several partitions), each replicated with Raft messages.
+        assert res["batches_per_1k_records"][mode] > 10 and res["requests_per_1k_records"][mode] > 5, mode
+        assert res["raft_messages_per_1k_records"][mode] > res["requests_per_1k_records"][mode], mode
     assert 0 < res["python_cpu_ratio"] < 10
     assert res["commits"] >= 5 and res["transactional_records_per_s"] > 0
     # The floor control's commit is a flush plus one offset commit: it blocked the loop, and its ratio exists.

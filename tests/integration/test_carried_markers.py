@@ -77,6 +77,16 @@ def test_a_token_carries_the_previous_marker_into_the_next_transactions_first_ba
     assert tokens.check_receipt(receipt, w.tid, w.pid, epoch, TOPIC, 0)
     assert not tokens.check_receipt(receipt, w.tid, w.pid, epoch + 1, TOPIC, 0)
     assert fetch(c, TOPIC, 0, "read_committed")["records"] == []
+    # Only the transaction's first batch on a partition (sequence 0) is signed, and its resend after a lost
+    # answer (a duplicate) is signed again; later batches carry no receipt.
+    status, first = w.send(TOPIC, 2, [b"p2-a"])
+    assert status == 200 and first["partitions"][0].get("txn_receipt"), first
+    status, second = w.send(TOPIC, 2, [b"p2-b"])
+    assert status == 200 and "txn_receipt" not in second["partitions"][0], second
+    w.seq[(TOPIC, 2)] = 0
+    status, again = w.send(TOPIC, 2, [b"p2-a"])
+    assert status == 200 and again["partitions"][0]["base_offset"] == first["partitions"][0]["base_offset"], again
+    assert again["partitions"][0]["txn_receipt"] == first["partitions"][0]["txn_receipt"]
 
     # Transaction epoch+1 begins on partition 0 with a token: the COMMIT of the first lands with it.
     status, res = carried_send(w, tokens, 0, epoch + 1, b"t1-a", ControlType.COMMIT)

@@ -1,0 +1,30 @@
+"""Give the calling thread its Python name at the OS level, so ``top -H``, ``/proc/<pid>/task/*/comm`` and
+``txbroker bench`` can tell a node's threads apart (CPython 3.11 leaves them all named after the process)."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+import threading
+
+__all__ = ["name_os_thread"]
+
+_PR_SET_NAME = 15  # linux/prctl.h
+_libc: ctypes.CDLL | None = None
+if sys.platform.startswith("linux"):
+    try:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        _libc = None
+
+
+def name_os_thread(name: str | None = None) -> None:
+    """Set the calling thread's OS name (at most 15 bytes are kept) to ``name`` or its Python name.
+
+    Best effort: on other systems, or if the call fails, nothing happens.
+    """
+    if _libc is None:
+        return
+    raw = (name or threading.current_thread().name).encode("ascii", "replace")[:15]
+    _libc.prctl(_PR_SET_NAME, ctypes.c_char_p(raw), 0, 0, 0)
