@@ -1022,8 +1022,11 @@ class TransactionService:
                 return True
 
             # A partition gone, or one that saw a newer epoch of the producer (the transaction ended there
-            # before; a later one has begun): nothing left to write there.
-            return bool(await self._marker_until_applied(send, True, plan, tp, still_leading, "marker"))
+            # before; a later one has begun): nothing left to write there. "Gone" only once the topic has stayed
+            # unknown for the request timeout: a coordinator that just took over may not know it yet, and
+            # skipping the marker then would leave the transaction open on that partition for good.
+            grace = self.broker.config.request_timeout_ms / 1000
+            return bool(await self._marker_until_applied(send, True, plan, tp, still_leading, "marker", grace))
 
         results = await asyncio.gather(*(one(tp) for tp in sorted(plan.explicit, key=str)))
         if not all(results):

@@ -56,6 +56,7 @@ def make_service(release: asyncio.Event, markers: list[int]) -> tuple[Transactio
         loop=asyncio.get_running_loop(),
         write_txn_marker=write_txn_marker,
         metrics=SimpleNamespace(txn_marker_written=lambda *a: None, txn_completed=lambda *a: None),
+        config=SimpleNamespace(request_timeout_ms=30_000),
     )
     svc._drivers = {}
     svc._written = {}
