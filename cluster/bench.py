@@ -76,7 +76,7 @@ def proc_stat(pid: int) -> tuple[float, float, int]:
 def threads_cpu_by_kind(pid: int) -> dict[str, float]:
     """CPU seconds (user + system) of a process's threads, summed by kind: ``event-loop`` (a node's main thread),
     else the thread's OS name without its number (``raft-ticker``, ``raft-listener``, ``rocksdb``), or ``other``
-    for threads that kept the process's name."""
+    for threads that kept the process's name. ``<kind>:sys`` is the part of ``<kind>`` spent in the kernel."""
     out: dict[str, float] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
@@ -99,6 +99,7 @@ def threads_cpu_by_kind(pid: int) -> dict[str, float]:
         else:
             kind = comm.rstrip("0123456789").rstrip("-:") or comm
         out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / _CLK_TCK
+        out[f"{kind}:sys"] = out.get(f"{kind}:sys", 0.0) + int(fields[12]) / _CLK_TCK  # the kernel's part
     return out
 
 
@@ -259,9 +260,16 @@ class BenchCluster:
                     out[kind] = out.get(kind, 0.0) + cpu
         return out
 
-    def raft_messages_sent(self) -> float:
-        """Raft frames the live nodes have sent so far, all groups (their ``/metrics``)."""
-        return sum_samples(self.scrape_nodes(), "txbroker_raft_messages_sent_total")
+    def counters(self) -> dict[str, float]:
+        """Counters of the live nodes so far (their ``/metrics``): Raft frames sent (all groups), and how partition
+        leaders admitted the batches that opened transactions (checked with the coordinator, or by a token)."""
+        scrapes = self.scrape_nodes()
+        checks = "txbroker_transaction_partition_checks_total"
+        return {
+            "raft_messages": sum_samples(scrapes, "txbroker_raft_messages_sent_total"),
+            "coordinator_checks": sum_samples(scrapes, checks, how="coordinator"),
+            "token_checks": sum_samples(scrapes, checks, how="token"),
+        }
 
     def kill(self, node_id: int) -> None:
         p = self.procs[node_id]

@@ -602,6 +602,7 @@ class Broker:
                         p.txn_token, transactional_id, header.producer_id, header.producer_epoch, p.topic,
                         p.partition,
                     )  # fmt: skip
+                    self.metrics.txn_checked_by_token.inc()
                     self._carried_epochs[(p.topic, p.partition, header.producer_id)] = header.producer_epoch
                     self._carried_epochs.move_to_end((p.topic, p.partition, header.producer_id))
                     if len(self._carried_epochs) > _CARRIED_EPOCHS_KEPT:
@@ -615,6 +616,7 @@ class Broker:
                     pass
                 elif rep.log.opens_transaction(header):
                     # KIP-890: admit the batch only once the coordinator has this partition in the txn.
+                    self.metrics.txn_checked_by_coordinator.inc()
                     await self.txn.verify_partition(
                         transactional_id, header.producer_id, header.producer_epoch, p.topic, p.partition
                     )

@@ -438,6 +438,17 @@ class NodeMetrics:
         for o in TxnOutcome:
             self.txn_completed_total.labels(o.value)
             self.txn_duration.labels(o.value)
+        # How partition leaders admitted the batches that open a transaction on a partition (KIP-890): a check
+        # with the coordinator (an internal round trip), or the token of a carried marker (none).
+        self.txn_partition_checks = Counter(
+            f"{PREFIX}_transaction_partition_checks",
+            "Transactional batches that opened a transaction on a partition led by this node, by how they were "
+            "admitted: coordinator = checked with the transaction coordinator, token = a carried marker's token",
+            ["how"],
+            registry=r,
+        )
+        self.txn_checked_by_coordinator = self.txn_partition_checks.labels("coordinator")
+        self.txn_checked_by_token = self.txn_partition_checks.labels("token")
         self.txn_markers = Counter(
             f"{PREFIX}_transaction_markers_written",
             "COMMIT/ABORT control batches appended to partitions led by this node",

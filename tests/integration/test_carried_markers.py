@@ -24,6 +24,8 @@ from clients.protocol import (
     encode_produce_request,
     encode_token,
 )
+from cluster.bench import sum_samples
+from cluster.health import scrape
 from cluster.peers import AUTH_HEADER, sign
 from cluster.txn_tokens import CarriedMarker, TxnTokens
 from tests.integration.test_transactions_http import TxnWriter, committed_values, control_batches, fetch, values
@@ -180,6 +182,13 @@ def test_a_steady_pipeline_costs_the_coordinator_one_write_per_transaction(make_
     plan = [True, True, False, True, True, False, True]
     expected, writes = _pipeline(c, t, "carried-pipeline", plan)
     assert writes == len(plan) - 1, f"{writes} coordinator writes for {len(plan) - 1} transactions"
+    # The partition leaders admitted each later transaction's first batch by its token, not by asking the
+    # coordinator: only the first transaction's 3 partitions were checked with it (a resend after a leader
+    # move may add a check; without carried markers there would be 21).
+    scrapes = [scrape(u) or {} for u in c.urls]
+    checks = "txbroker_transaction_partition_checks_total"
+    assert sum_samples(scrapes, checks, how="token") >= 3 * (len(plan) - 1)
+    assert 3 <= sum_samples(scrapes, checks, how="coordinator") <= 6
     # The last transaction's markers have no next transaction to ride on: the reservation timer settles them.
     wait_settled(c, t, range(3), timeout=30)
     for q in range(3):
