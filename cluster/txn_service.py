@@ -103,6 +103,7 @@ log = logging.getLogger(__name__)
 TXN_STATE_KIND = "__transaction_state"
 _VERIFIED_CACHE = 100_000
 _MARKER_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+_COUNTED_KEPT = 10_000  # plans remembered as counted completed (a fold and a driver may both see one complete)
 
 TxnPartition = InternalPartition[TransactionStateMachine]
 
@@ -216,6 +217,9 @@ class TransactionService:
         # partition share its verification instead of each asking the coordinator.
         self._verifying: dict[tuple[str, int, int, str, int], asyncio.Future[None]] = {}
         self._abort_reason: dict[str, TxnOutcome] = {}
+        # Plans whose completion was counted in txbroker_transactions_completed_total (newest last, bounded): the
+        # fold and a driver whose reservation timer fired may both see the same transaction complete.
+        self._counted: OrderedDict[tuple[str, int, int], None] = OrderedDict()
         self._hints = PartitionHints()  # a transaction's first add also adds the previous one's partitions
         self._adds = AddsInFlight()
         self._tasks: list[asyncio.Task[None]] = []
@@ -564,9 +568,24 @@ class TransactionService:
 
     def _completed_by_fold(self, part: TxnPartition, plan: MarkerPlan, before: TransactionMetadata | None) -> None:
         start_ms = before.txn_start_time_ms if before is not None else -1
+        self._count_completed(plan, max(0.0, (now_ms() - start_ms) / 1000) if start_ms >= 0 else 0.0)
+
+    def _count_completed(self, plan: MarkerPlan, duration_s: float) -> None:
+        """Count ``plan``'s transaction as completed, once.
+
+        A fold whose CompleteTxn raced the driver's (its reservation timer fired while the next EndTxn was in
+        flight) finds the transaction already complete: the EndTxn then only adds partitions, and the
+        completion was counted by the driver.
+        """
+        key = self._plan_key(plan)
+        if key in self._counted:
+            return
+        self._counted[key] = None
+        while len(self._counted) > _COUNTED_KEPT:
+            self._counted.popitem(last=False)
         outcome = TxnOutcome.COMMITTED if plan.commit else self._abort_reason.pop(plan.transactional_id,
                                                                                  TxnOutcome.ABORTED)  # fmt: skip
-        self.broker.metrics.txn_completed(outcome, max(0.0, (now_ms() - start_ms) / 1000) if start_ms >= 0 else 0.0)
+        self.broker.metrics.txn_completed(outcome, duration_s)
 
     # ---- carried markers: settling (docs/carried-markers.md) ----------------------------------------
 
@@ -998,7 +1017,6 @@ class TransactionService:
         """Write every marker of ``plan``, then CompleteTxn -- for as long as this node leads ``term``."""
         control = ControlType.COMMIT if plan.commit else ControlType.ABORT
         started = time.monotonic()
-        key = plan.transactional_id
         meta = part.sm.get(plan.transactional_id)
         start_ms = meta.txn_start_time_ms if meta is not None else -1
 
@@ -1059,9 +1077,9 @@ class TransactionService:
                     log.error("CompleteTxn of %s failed: %s", plan.transactional_id, exc)
                 return  # else completed meanwhile by the next EndTxn (carried markers' fold)
             if isinstance(result, CompleteTxnResult) and not result.already_complete:
-                outcome = TxnOutcome.COMMITTED if plan.commit else self._abort_reason.pop(key, TxnOutcome.ABORTED)
-                duration = (now_ms() - start_ms) / 1000 if start_ms >= 0 else time.monotonic() - started
-                self.broker.metrics.txn_completed(outcome, duration)
+                self._count_completed(
+                    plan, (now_ms() - start_ms) / 1000 if start_ms >= 0 else time.monotonic() - started
+                )
             return
 
     async def _await_carried(self, part: TxnPartition, plan: MarkerPlan, term: int) -> frozenset[TopicPartition] | None:

@@ -11,6 +11,7 @@ the driver bookkeeping with a fake partition and broker (the real flow is
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from types import SimpleNamespace
 from typing import Any
 
@@ -61,6 +62,7 @@ def make_service(release: asyncio.Event, markers: list[int]) -> tuple[Transactio
     svc._drivers = {}
     svc._written = {}
     svc._abort_reason = {}
+    svc._counted = OrderedDict()
     svc._closing = False
     svc._propose = propose  # type: ignore[method-assign]
     part = SimpleNamespace(group=FakeGroup(), sm=SimpleNamespace(get=lambda tid: None))
