@@ -193,8 +193,11 @@ def test_coordinator_sigkill_right_after_end_txn_answered_completes_on_the_new_l
         assert not watch.errors, watch.errors[:5]
         assert resumed_count(c, [x, y], logs) >= 1, "no new coordinator leader resumed the transaction"
         for tp in tps:
-            got = http_read(c.url(y if tp[0] == "fk" else x), *tp)
-            assert got == [(f.result().offset, v) for v, f in sent[tp]]
+            # Each node answers from its own replica: y may follow fk's leader by a commit announcement (a lone
+            # write's commit index reaches followers with the next write, or within 20 ms), so poll, briefly.
+            want = [(f.result().offset, v) for v, f in sent[tp]]
+            url = c.url(y if tp[0] == "fk" else x)
+            wait_for(lambda url=url, tp=tp, want=want: http_read(url, *tp) == want, 10, f"{tp} complete on {url}")
         # And the producer goes on with the identity EndTxn handed back
         p.begin_transaction()
         nxt = p.send("fk", value=b"after", partition=0)
