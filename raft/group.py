@@ -23,6 +23,7 @@ import contextlib
 import functools
 import logging
 import os
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
@@ -94,7 +95,12 @@ class _GroupSyncObj(patches.CoalescedAppendEntries, SyncObj):  # type: ignore[mi
         super().__init__(*args, **kwargs)
 
     def _wake_at(self, when: float) -> None:
-        self._owner._shard.tick_at(self._owner.group_id, when)
+        # ``when`` is on PySyncObj's clock, the shard's timers on time.monotonic(): pass the delay across. Before,
+        # the time itself went across, and with PySyncObj's clock 0.25 s behind the timer fired at once, before the
+        # deadline: a lone write's commit reached the followers with the heartbeat (~100 ms) instead of after
+        # commit_notify_delay_s. The extra millisecond keeps the tick after the deadline PySyncObj checks (``>``).
+        delay = max(0.0, when - patches.syncobj_clock())
+        self._owner._shard.tick_at(self._owner.group_id, time.monotonic() + delay + 0.001)
 
     @replicated  # type: ignore[untyped-decorator]  # PySyncObj's decorator is untyped
     def apply_command(self, command: bytes) -> Any:
