@@ -14,7 +14,7 @@ drive commit-group members on other coordinators.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -206,17 +206,28 @@ class TxnRoutes:
                       key=lambda t: t["transactional_id"])  # fmt: skip
         return web.json_response({"transactions": txns, "unreachable": errors})
 
-    async def add_partitions(self, request: web.Request) -> web.Response:
+    async def _on_partitions(
+        self,
+        request: web.Request,
+        key: str,
+        op: Callable[[str, int, int, list[TopicPartition]], Awaitable[Iterable[TopicPartition]]],
+    ) -> web.Response:
+        """A call naming (producer id, epoch) and a list of partitions, answered with the partitions ``op`` did."""
         tid = self._tid(request)
         raw, body = await self._body(request)
         pid, epoch = _identity(body)
         tps = _topic_partitions(body)
 
         async def call() -> dict[str, Any]:
-            res = await self.txn.add_partitions(tid, pid, epoch, tps)
-            return {"transactional_id": tid, "added": _partitions_json(res.added)}
+            return {"transactional_id": tid, key: _partitions_json(await op(tid, pid, epoch, tps))}
 
         return await self._routed(request, raw, call)
+
+    async def add_partitions(self, request: web.Request) -> web.Response:
+        async def add(tid: str, pid: int, epoch: int, tps: list[TopicPartition]) -> Iterable[TopicPartition]:
+            return (await self.txn.add_partitions(tid, pid, epoch, tps)).added
+
+        return await self._on_partitions(request, "added", add)
 
     async def end(self, request: web.Request) -> web.Response:
         tid = self._tid(request)
@@ -245,16 +256,7 @@ class TxnRoutes:
 
     async def release(self, request: web.Request) -> web.Response:
         """Carried markers: tokens the client will not use; the coordinator settles those partitions now."""
-        tid = self._tid(request)
-        raw, body = await self._body(request)
-        pid, epoch = _identity(body)
-        tps = _topic_partitions(body)
-
-        async def call() -> dict[str, Any]:
-            released = await self.txn.release(tid, pid, epoch, tps)
-            return {"transactional_id": tid, "released": _partitions_json(released)}
-
-        return await self._routed(request, raw, call)
+        return await self._on_partitions(request, "released", self.txn.release)
 
     async def prepare(self, request: web.Request) -> web.Response:
         tid = self._tid(request)
