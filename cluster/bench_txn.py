@@ -22,7 +22,10 @@
   first acknowledgement (its verification and add at the coordinator, which
   also waits for the previous marker on that partition, then its own batch);
   the last two are time in which the nodes have little to replicate
-  (``docs/pipelined-transactions.md``).
+  (``docs/pipelined-transactions.md``). It also reports how many cores the
+  whole host kept busy in each phase (sending, flush, EndTxn): on a host the
+  nodes and the client saturate, a phase with few busy cores is idle time a
+  commit costs, and one with as many as sending is not.
 * **commit chain**: at light load (one small record per partition per
   transaction), the serial time a commit puts between two transactions:
   EndTxn, plus what the next transaction's first records wait beyond an
@@ -70,6 +73,7 @@ from clients.records import TopicPartition
 from .bench import (
     BenchCluster,
     add_node_setting_argument,
+    host_cpu,
     http_json,
     machine_info,
     node_settings_or_exit,
@@ -665,6 +669,12 @@ async def commit_cycle(urls: list[str], opts: argparse.Namespace) -> dict[str, A
     interval = opts.commit_interval_ms / 1000
     steps: dict[str, list[float]] = {"flush": [], "end_txn": [], "next_first_ack": []}
     pending: set[asyncio.Task[None]] = set()
+    # The host's busy CPU seconds and the wall seconds of each phase, summed over the measured commits.
+    busy: dict[str, list[float]] = {"sending": [0.0, 0.0], "flush": [0.0, 0.0], "end_txn": [0.0, 0.0]}
+
+    def phase(name: str, h0: float, h1: float, t0: float, t1: float) -> None:
+        busy[name][0] += h1 - h0
+        busy[name][1] += t1 - t0
 
     async def first_ack(fut: asyncio.Future[Any], began: float) -> None:
         with contextlib.suppress(BrokerError):
@@ -679,26 +689,31 @@ async def commit_cycle(urls: list[str], opts: argparse.Namespace) -> dict[str, A
         start = time.monotonic()
         end, next_commit = start + opts.warmup + opts.duration, start + interval
         i = 0
+        sent_from, h_sent = time.monotonic(), host_cpu()[0]
         while time.monotonic() < end:
             await p.send(topic, value)
             i += 1
             if i % 32 or time.monotonic() < next_commit:
                 continue
             measured = time.monotonic() >= start + opts.warmup
-            t0 = time.monotonic()
+            t0, h0 = time.monotonic(), host_cpu()[0]
             await p.flush()
-            t1 = time.monotonic()
+            t1, h1 = time.monotonic(), host_cpu()[0]
             await p.commit_transaction()
-            t2 = time.monotonic()
+            t2, h2 = time.monotonic(), host_cpu()[0]
             p.begin_transaction()
             began = time.monotonic()
             fut = await p.send(topic, value)
             if measured:
+                phase("sending", h_sent, h0, sent_from, t0)
+                phase("flush", h0, h1, t0, t1)
+                phase("end_txn", h1, h2, t1, t2)
                 steps["flush"].append((t1 - t0) * 1000)
                 steps["end_txn"].append((t2 - t1) * 1000)
                 task = asyncio.create_task(first_ack(fut, began))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
+            sent_from, h_sent = t2, h2
             next_commit = time.monotonic() + interval
         await p.commit_transaction()
         await asyncio.gather(*pending)
@@ -706,6 +721,8 @@ async def commit_cycle(urls: list[str], opts: argparse.Namespace) -> dict[str, A
     for name, values in steps.items():
         out[name] = {"p50_ms": _pct(values, 0.5), "p90_ms": _pct(values, 0.9),
                      "mean_ms": round(statistics.fmean(values), 1) if values else None}  # fmt: skip
+    # Busy cores of the whole host (jiffies: 10 ms ticks, so only the sum over many commits means anything).
+    out["host_busy_cores"] = {name: round(b / w, 2) if w > 0 else None for name, (b, w) in busy.items()}
     out["config"] = {"record_size": opts.record_size, "commit_interval_ms": opts.commit_interval_ms,
                      "linger_ms": opts.linger_ms, "buffer_memory": opts.buffer_memory}  # fmt: skip
     return out

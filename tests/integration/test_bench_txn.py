@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -49,3 +50,16 @@ def test_the_floor_control_can_be_left_out(capsys: pytest.CaptureFixture[str]) -
     res = json.loads(capsys.readouterr().out)["produce"]
     assert "one_write_floor" not in res and "aa_control" not in res
     assert "one_write" not in res["nodes_cpu_us_per_record"]
+
+
+def test_commit_cycle_reports_each_phase_and_the_host_cores_it_kept_busy(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--only", "cycle", "--duration", "2", "--warmup", "0.5"]
+    assert main(argv) == 0
+    res = json.loads(capsys.readouterr().out)["cycle"]
+    assert res["commits"] >= 5
+    for step in ("flush", "end_txn", "next_first_ack"):
+        assert res[step]["p50_ms"] > 0, step
+    # Each phase kept some of the host busy (the nodes at least), and never more cores than the host has.
+    cores = os.cpu_count() or 1
+    for name, busy in res["host_busy_cores"].items():
+        assert busy is not None and 0 < busy <= cores + 0.2, (name, busy)
