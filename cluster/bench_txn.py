@@ -287,25 +287,36 @@ async def produce_comparison(
     def rate(ws: list[dict[str, Any]]) -> float:
         return sum(float(w["records"]) for w in ws) / sum(float(w["seconds"]) for w in ws)
 
+    def _per_records(
+        ws: list[dict[str, Any]],
+        value: Callable[[dict[str, Any]], float],
+        scale: float,
+        digits: int = 2,
+        records: str = "records",
+    ) -> float:
+        """``scale`` x the windows' summed ``value`` per record (``records``: the windows' count to divide by)."""
+        return round(scale * sum(value(w) for w in ws) / max(1, sum(int(w[records]) for w in ws)), digits)
+
     def _cpu_per_record(ws: list[dict[str, Any]], key: str = "client_cpu_s") -> float:
-        return round(1e6 * sum(float(w[key]) for w in ws) / max(1, sum(int(w["records"]) for w in ws)), 2)
+        return _per_records(ws, lambda w: float(w[key]), 1e6)
 
     def _by_thread(ws: list[dict[str, Any]]) -> dict[str, float]:
-        kinds = {k for w in ws for k in w["nodes_cpu_by_thread_s"]}
-        records = max(1, sum(int(w["records"]) for w in ws))
-        return {k: round(1e6 * sum(float(w["nodes_cpu_by_thread_s"].get(k, 0.0)) for w in ws) / records, 2)
-                for k in sorted(kinds)}  # fmt: skip
+        def cpu_of(kind: str) -> Callable[[dict[str, Any]], float]:
+            return lambda w: float(w["nodes_cpu_by_thread_s"].get(kind, 0.0))
+
+        kinds = sorted({k for w in ws for k in w["nodes_cpu_by_thread_s"]})
+        return {k: _per_records(ws, cpu_of(k), 1e6) for k in kinds}
 
     def _raft_per_1k(ws: list[dict[str, Any]]) -> float:
-        records = max(1, sum(int(w["window_records"]) for w in ws))
-        return round(1000 * sum(float(w["counters"].get("raft_messages", 0.0)) for w in ws) / records, 1)
+        return _per_records(ws, lambda w: float(w["counters"].get("raft_messages", 0.0)), 1000, 1, "window_records")
 
     def _per_1k(ws: list[dict[str, Any]], key: str) -> float:
-        return round(1000 * sum(int(w[key]) for w in ws) / max(1, sum(int(w["records"]) for w in ws)), 2)
+        return _per_records(ws, lambda w: int(w[key]), 1000)
 
     def _python_cpu_per_record(ws: list[dict[str, Any]]) -> float:
-        cpu = sum(float(w["nodes_cpu_s"]) - float(w["nodes_cpu_by_thread_s"].get("rocksdb", 0.0)) for w in ws)
-        return round(1e6 * cpu / max(1, sum(int(w["records"]) for w in ws)), 2)
+        return _per_records(
+            ws, lambda w: float(w["nodes_cpu_s"]) - float(w["nodes_cpu_by_thread_s"].get("rocksdb", 0.0)), 1e6
+        )
 
     def _busy(ws: list[dict[str, Any]]) -> float:
         return round(sum(float(w["nodes_cpu_s"]) for w in ws) / sum(float(w["seconds"]) for w in ws), 3)

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import logging
 import os
 import struct
@@ -66,6 +65,8 @@ import pysyncobj.serializer as _psc_serializer
 import pysyncobj.syncobj as _psc_syncobj
 import pysyncobj.transport as _psc_transport
 from pysyncobj.poller import createPoller as _original_create_poller
+
+from .libc import LIBC
 
 PICKLE_PROTOCOL = 4
 COMMIT_INDEX_STORE_PERIOD_S = 5.0
@@ -149,10 +150,8 @@ def _ensure_file_size(rf: Any, end: int) -> None:
 
 
 def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        fn = libc.sync_file_range
-    except (OSError, AttributeError):
+    fn = getattr(LIBC, "sync_file_range", None)  # None without a C library, or one without the call
+    if fn is None:
         return None
     fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
     fn.restype = ctypes.c_int

@@ -4,19 +4,15 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
 import threading
+
+from .libc import LIBC
 
 __all__ = ["name_os_thread"]
 
 _PR_SET_NAME = 15  # linux/prctl.h
-_libc: ctypes.CDLL | None = None
-if sys.platform.startswith("linux"):
-    try:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        _libc = None
+_libc = LIBC if sys.platform.startswith("linux") else None
 
 
 def name_os_thread(name: str | None = None) -> None:
