@@ -14,8 +14,8 @@ Java producer callback runs on its I/O thread): keep it short and do not call
 ``flush``/``close`` from it.
 
 Transactions: ``init_transactions``, ``begin_transaction``,
-``commit_transaction``, ``abort_transaction``, ``send_offsets_to_transaction``
-and ``prepare_transaction`` run on the loop thread, each after every record
+``commit_transaction``, ``commit_and_begin``, ``abort_transaction``,
+``send_offsets_to_transaction`` and ``prepare_transaction`` run on the loop thread, each after every record
 handed off before it is in the accumulator (a record sent before
 ``commit_transaction`` belongs to the committed transaction).
 
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import threading
 import time
@@ -38,7 +39,7 @@ from typing import Any, TypeVar
 from ._loop_thread import LoopThread
 from .aio._batch import BATCH_OVERHEAD, DeliveryTimeoutError, add_callback
 from .aio.batch_builder import BatchBuilder
-from .aio.producer import AsyncProducer, Callback
+from .aio.producer import AsyncProducer, Callback, copy_outcome
 from .protocol import BrokerError, ErrorCode
 from .records import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction, RecordMetadata, TopicPartition
 
@@ -158,6 +159,13 @@ class Producer:
 
     def commit_transaction(self, timeout: float | None = None) -> None:
         self._lt.run(self._after_handoff(self._producer.commit_transaction(timeout), timeout))
+
+    def commit_and_begin(self, timeout: float | None = None) -> concurrent.futures.Future[None]:
+        """``AsyncProducer.commit_and_begin``: records sent before it are committed, records sent after it
+        belong to the next transaction; returns at once with the commit's outcome as a future."""
+        out: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._lt.run(self._commit_and_begin(timeout, out))
+        return out
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         self._lt.run(self._after_handoff(self._producer.abort_transaction(timeout), timeout))
@@ -280,6 +288,10 @@ class Producer:
                 out.set_result(f.result())
 
         fut.add_done_callback(done)
+
+    async def _commit_and_begin(self, timeout: float | None, out: concurrent.futures.Future[None]) -> None:
+        outcome = await self._after_handoff(self._producer.commit_and_begin(timeout), timeout)
+        outcome.add_done_callback(functools.partial(copy_outcome, dst=out))
 
     async def _metrics(self) -> dict[str, Any]:
         return self._producer.metrics()

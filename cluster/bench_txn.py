@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import random
@@ -108,6 +109,7 @@ async def _send_window(
     opts: argparse.Namespace,
     *,
     transactional: bool,
+    pipelined: bool = False,
     nodes_cpu: Callable[[], float] = lambda: 0.0,
     flush_only: bool = False,
     after_flush: Callable[[], Awaitable[None]] | None = None,
@@ -117,12 +119,16 @@ async def _send_window(
     """One window of ``opts.window`` s of full-speed sends; records/s acknowledged after ``opts.window_warmup`` s.
 
     A transactional window commits every ``commit_interval_ms`` (Kafka's
-    perf test: the commit blocks the sending loop). At its end the open
+    perf test: the commit blocks the sending loop; ``pipelined``:
+    ``commit_and_begin``, the loop goes on sending the next transaction's
+    records while the commit runs, and ``commit_ms`` is how long each commit
+    took, not how long it blocked). At its end the open
     transaction is committed and everything drained outside the measured
     time, so each window starts from an idle producer.
     """
     interval = opts.commit_interval_ms / 1000
     commits: list[float] = []
+    pending: asyncio.Future[None] | None = None  # pipelined: the commit under way
     # The nodes' counters over the whole window (warm-up and final drain included), read outside the timed loop.
     counted0 = await asyncio.to_thread(counters) if counters is not None else {}
     acked0 = p.metrics()["records_acked"]
@@ -143,7 +149,16 @@ async def _send_window(
             m0 = p.metrics()
             a0, c0, n0, t_w = m0["records_acked"], self_cpu(), nodes_cpu(), now
             k0, q0, b0 = nodes_cpu_by_kind(), m0["requests"], m0["batches"]
-        if (transactional or flush_only) and now >= next_commit:
+        if pipelined and now >= next_commit:
+            if pending is not None and pending.done():
+                pending.result()  # a failed commit stops the bench
+            pending = await p.commit_and_begin()
+            began = time.monotonic()
+            if a0 >= 0:
+                pending.add_done_callback(functools.partial(_took, commits, began))
+            ends += 1
+            now, next_commit = began, began + interval
+        elif (transactional or flush_only) and now >= next_commit:
             if transactional:
                 await p.commit_transaction()
             else:
@@ -160,7 +175,7 @@ async def _send_window(
     m1 = p.metrics()
     a1, c1, n1, k1 = m1["records_acked"], self_cpu(), nodes_cpu(), nodes_cpu_by_kind()
     wall = now - t_w
-    if transactional:
+    if transactional or pipelined:
         await p.commit_transaction()
         p.begin_transaction()
         ends += 1
@@ -172,9 +187,14 @@ async def _send_window(
                            "nodes_cpu_by_thread_s": {k: v - k0.get(k, 0.0) for k, v in k1.items()},
                            "requests": m1["requests"] - q0,
                            "batches": m1["batches"] - b0}  # fmt: skip
-    if transactional or flush_only:
-        out["commit_ms"] = commits  # how long each commit (or flush) blocked the sending loop
+    if transactional or flush_only or pipelined:
+        out["commit_ms"] = commits  # how long each commit (or flush) blocked the sending loop (pipelined: took)
     return out
+
+
+def _took(into: list[float], began: float, fut: asyncio.Future[None]) -> None:
+    """A pipelined commit's done callback: how long it took, in ms (failed ones too: the loop raises them)."""
+    into.append((time.monotonic() - began) * 1000)
 
 
 class _OneWrite:
@@ -244,6 +264,8 @@ async def produce_comparison(
     A fourth (``--floor-control``, the default) flushes and then sends one
     offset commit to its group coordinator (``_OneWrite``): one round trip and
     one replicated write per commit, the least any commit protocol could cost.
+    A fifth (``--pipelined``) is transactional and commits with
+    ``commit_and_begin``: its sending loop never waits for a commit.
     The ratios come with a 95 % bootstrap interval over the rounds.
     ``nodes_cpu_us_per_record`` is the node processes' CPU per acknowledged
     record: the broker's own cost of a transactional record, steadier than
@@ -252,19 +274,21 @@ async def produce_comparison(
     value = os.urandom(opts.record_size)
     modes = ["idempotent", "transactional"] + (["control"] if opts.aa_control else []) + ["flushing"]
     modes += ["one_write"] if opts.floor_control else []
+    modes += ["pipelined"] if opts.pipelined else []
     topic = {"idempotent": "bench-idempotent", "transactional": "bench-transactional", "control": "bench-control",
-             "flushing": "bench-flushing", "one_write": "bench-one-write"}  # fmt: skip
+             "flushing": "bench-flushing", "one_write": "bench-one-write", "pipelined": "bench-pipelined"}  # fmt: skip
+    tids = {"transactional": "bench-txn-produce", "pipelined": "bench-txn-pipelined"}
     kw: dict[str, Any] = {"linger_ms": opts.linger_ms, "buffer_memory": opts.buffer_memory}
     windows: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     async with contextlib.AsyncExitStack() as stack:
         one_write = await stack.enter_async_context(_OneWrite(urls)) if opts.floor_control else None
         prods: dict[str, AsyncProducer] = {}
         for m in modes:
-            tid = "bench-txn-produce" if m == "transactional" else None
-            prods[m] = await stack.enter_async_context(AsyncProducer(urls, transactional_id=tid, **kw))
+            prods[m] = await stack.enter_async_context(AsyncProducer(urls, transactional_id=tids.get(m), **kw))
             await prods[m].partitions_for(topic[m])
-        await prods["transactional"].init_transactions()
-        prods["transactional"].begin_transaction()
+        for m in tids.keys() & set(modes):
+            await prods[m].init_transactions()
+            prods[m].begin_transaction()
         rng = random.Random(opts.seed)
         for _ in range(opts.produce_windows):
             for m in rng.sample(modes, len(modes)):
@@ -275,6 +299,7 @@ async def produce_comparison(
                         value,
                         opts,
                         transactional=m == "transactional",
+                        pipelined=m == "pipelined",
                         nodes_cpu=nodes_cpu,
                         nodes_cpu_by_kind=nodes_cpu_by_kind,
                         counters=counters,
@@ -282,7 +307,8 @@ async def produce_comparison(
                         after_flush=one_write.commit if m == "one_write" and one_write is not None else None,
                     )
                 )
-        await prods["transactional"].commit_transaction()
+        for m in tids.keys() & set(modes):
+            await prods[m].commit_transaction()
 
     def rate(ws: list[dict[str, Any]]) -> float:
         return sum(float(w["records"]) for w in ws) / sum(float(w["seconds"]) for w in ws)
@@ -430,6 +456,16 @@ async def produce_comparison(
         "transactional_vs_flushing": round(rate(windows["transactional"]) / rate(windows["flushing"]), 3),
         "flush_ms_p50": _pct([c for w in windows["flushing"] for c in w["commit_ms"]], 0.5),
     }
+    if opts.pipelined:
+        out["pipelined"] = {
+            **versus_idempotent("pipelined"),
+            "target_overhead_le_2pct": rate(windows["pipelined"]) / rate(windows["idempotent"]) >= 0.98,
+            "pipelined_vs_transactional": round(rate(windows["pipelined"]) / rate(windows["transactional"]), 3),
+            "ratio_per_window_pair": per_window("pipelined"),
+            "commit_ms_p50": _pct([c for w in windows["pipelined"] for c in w["commit_ms"]], 0.5),
+            "commit_ms_p99": _pct([c for w in windows["pipelined"] for c in w["commit_ms"]], 0.99),
+            "nodes_cpu_ms_per_commit": per_commit_ms("pipelined"),
+        }
     if opts.aa_control:
         out["aa_control"] = {**versus_idempotent("control"), "ratio_per_window_pair": per_window("control")}
         # Both idempotent producers are the same baseline: pooling them halves the baseline's share of the noise.
@@ -860,6 +896,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="produce part: also a second idempotent producer, the noise floor of the ratio",
     )
     p.add_argument(
+        "--pipelined",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="produce part: also a transactional producer that commits with commit_and_begin (the next "
+        "transaction's records are batched while the commit runs)",
+    )
+    p.add_argument(
         "--floor-control",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -894,7 +937,7 @@ def _check_disk_space(opts: argparse.Namespace) -> None:
     """Refuse a produce part the temporary directory cannot hold (``--allow-disk-short`` runs it anyway)."""
     if "produce" not in opts.only:
         return
-    modes = 3 + bool(opts.aa_control) + bool(opts.floor_control)
+    modes = 3 + bool(opts.aa_control) + bool(opts.floor_control) + bool(opts.pipelined)
     need = opts.produce_windows * modes * opts.window * _PRODUCE_BYTES_PER_S
     free = shutil.disk_usage(tempfile.gettempdir()).free
     if free >= 1.2 * need:
@@ -920,6 +963,7 @@ def run_txn_bench(opts: argparse.Namespace, settings: dict[str, Any] | None = No
         cluster.start()
         urls = [c.url for c in cluster.configs]
         topics = ("bench-idempotent", "bench-transactional", "bench-control", "bench-flushing", "bench-one-write",
+              "bench-pipelined",
                   "bench-aborted-10pct", "bench-visible", "bench-cycle", "bench-chain")  # fmt: skip
         for t in topics:
             cluster.create_topic(t, opts.partitions)

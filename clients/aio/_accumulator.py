@@ -156,6 +156,9 @@ class RecordAccumulator:
         self.sticky: dict[str, int] = {}
         self.buffered_bytes = 0
         self.flushing = 0
+        # A pipelined commit is under way: batches created now belong to the next transaction and are held
+        # (never sequenced or sent) until it ends (``release_held``) or fails (``fail_held``).
+        self.holding = False
         self.closing = False
         self.memory_waiters = 0
         self.outstanding_requests = 0
@@ -279,6 +282,7 @@ class RecordAccumulator:
             if batch is not None:
                 batch.sealed = True
             batch = pq.open = ProducerBatch(topic, partition, now)
+            batch.held = self.holding
             pq.last_full = False
             pq.queue.append(batch)
             self.stats["batches"] += 1
@@ -298,9 +302,53 @@ class RecordAccumulator:
             pq.open.sealed = True
             pq.open = None
         batch.sealed = True
+        batch.held = self.holding
         pq.queue.append(batch)
         self.stats["batches"] += 1
         self.buffered_bytes += batch.size - BATCH_OVERHEAD
+
+    # ---- pipelined commit: the next transaction's batches wait for the previous one's end ----------
+
+    def hold_new_batches(self) -> None:
+        """Cut every partition: what is queued now is the committing transaction's, what comes later is held.
+
+        Open batches are sealed so no later record joins them; they go out
+        now, like every batch of the committing transaction.
+        """
+        for pq in self.partitions.values():
+            if pq.open is not None:
+                pq.open.sealed = True
+                pq.open = None
+        self.holding = True
+
+    def release_held(self) -> None:
+        """The previous transaction ended: the held batches are the open transaction's, sent as usual."""
+        self.holding = False
+        for pq in self.partitions.values():
+            for b in pq.queue:
+                b.held = False
+
+    def fail_held(self, exc: BrokerError) -> int:
+        """The previous transaction did not commit: the held batches were never sent; fail them; how many.
+
+        Their failure says nothing of the committing transaction, so it is not
+        reported to the idempotence manager (a commit that timed out must stay
+        a commit, never turn into an abort).
+        """
+        self.holding = False
+        n = 0
+        for pq in self.partitions.values():
+            if pq.open is not None and pq.open.held:
+                pq.open = None
+            kept = [b for b in pq.queue if not b.held]
+            for b in pq.queue:
+                if b.held:
+                    self._report_failure(b, exc, notify=False)
+                    b.transition_to(BatchState.DONE)
+                    n += 1
+            pq.queue.clear()
+            pq.queue.extend(kept)
+        return n
 
     # ---- reporting ---------------------------------------------------------------------------
 
@@ -312,12 +360,13 @@ class RecordAccumulator:
             batch.complete(base_offset, log_append_time)
             self.on_report(batch)
 
-    def _report_failure(self, batch: ProducerBatch, exc: BrokerError) -> None:
+    def _report_failure(self, batch: ProducerBatch, exc: BrokerError, *, notify: bool = True) -> None:
         if not batch.reported:
             self.buffered_bytes -= batch.size - BATCH_OVERHEAD
             batch.fail(exc)
             self.on_report(batch)
-            self.idem.batch_failed(exc)
+            if notify:
+                self.idem.batch_failed(exc)
 
     def _finish(self, pq: PartitionQueue, batch: ProducerBatch) -> None:
         batch.transition_to(BatchState.DONE)
@@ -326,7 +375,7 @@ class RecordAccumulator:
     # ---- sending -------------------------------------------------------------------------------
 
     def _sendable_new(self, batch: ProducerBatch, now: float) -> bool:
-        return (
+        return not batch.held and (
             batch.sealed
             or now - batch.created >= self.linger_s
             or self.flushing > 0
@@ -662,7 +711,12 @@ class RecordAccumulator:
             if pq.queue:
                 head = pq.queue[0]
                 consider(head.created + self.delivery_timeout_s)
-                if self.idem.can_sequence and len(pq.inflight) < self.max_in_flight and tp not in self.no_leader:
+                if (
+                    not head.held
+                    and self.idem.can_sequence
+                    and len(pq.inflight) < self.max_in_flight
+                    and tp not in self.no_leader
+                ):
                     consider(head.created + self.linger_s)
             for b in pq.inflight:
                 if not b.reported:
@@ -671,13 +725,14 @@ class RecordAccumulator:
                     consider(b.retry_at)
         return best
 
-    def unreported(self) -> Iterator[ProducerBatch]:
+    def unreported(self, *, held: bool = True) -> Iterator[ProducerBatch]:
+        """Batches whose futures are not completed yet; ``held=False`` leaves out the next transaction's."""
         for pq in self.partitions.values():
             for b in pq.inflight:
                 if not b.reported:
                     yield b
             for b in pq.queue:
-                if not b.reported:
+                if not b.reported and (held or not b.held):
                     yield b
 
     def has_pending(self) -> bool:

@@ -135,6 +135,7 @@ class ProducerBatch:
         "expired",
         "failure",
         "first_ts",
+        "held",
         "last_error",
         "max_ts",
         "maybe_written",
@@ -167,6 +168,7 @@ class ProducerBatch:
         self.first_ts = 0
         self.max_ts = 0
         self.sealed = False
+        self.held = False  # the next transaction's, appended during a pipelined commit: not sent until it ends
         self.state = BatchState.QUEUED
         self.wire: bytes | None = None
         self.producer_id = -1

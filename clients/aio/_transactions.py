@@ -20,6 +20,14 @@ Terms (kafka_txn.md §4.3, §8 KIP-890/KIP-939):
   the returned ``PreparedTransaction`` ends it. This producer may only be
   closed or re-initialised (which aborts the prepared transaction unless it
   is bound to a commit group).
+* **pipelined commit** (``AsyncProducer.commit_and_begin``): the open
+  transaction commits while the next one is already open. Records sent
+  meanwhile are batched but held -- never sequenced or sent -- until the
+  commit ends; then they go out under the identity EndTxn handed out, in
+  order after everything of the committed transaction. If the commit does
+  not succeed, the next transaction never happened: its held records fail
+  unsent and the state is what ``commit_transaction`` would have left
+  (ABORTABLE_ERROR, FATAL_ERROR, or COMMITTING after a timeout).
 * a commit or abort that timed out stays COMMITTING/ABORTING: calling the
   same method again resumes it with the same identity (the coordinator
   answers a retried EndTxn idempotently). A commit is never turned into an
@@ -28,7 +36,9 @@ Terms (kafka_txn.md §4.3, §8 KIP-890/KIP-939):
 State machine (an enum plus ``VALID_PREVIOUS``)::
 
     UNINITIALIZED -> INITIALIZING -> READY -> IN_TRANSACTION -> COMMITTING -> READY
-                          ^                        |  \\-> ABORTING -> READY
+                          ^                        |  \\-> PIPELINED_COMMIT -> IN_TRANSACTION
+                          |                        |             \\-> COMMITTING, ABORTABLE_ERROR
+                          |                        |  \\-> ABORTING -> READY
                           |                        |  \\-> PREPARING -> PREPARED -> INITIALIZING
                           |                        \\-> ABORTABLE_ERROR -> ABORTING
     any -> FATAL_ERROR
@@ -62,6 +72,7 @@ class TxnState(enum.Enum):
     READY = "ready"  # between transactions
     IN_TRANSACTION = "in_transaction"  # begin_transaction() called; send() allowed
     COMMITTING = "committing"  # flushing, then EndTxn(commit)
+    PIPELINED_COMMIT = "pipelined_commit"  # committing while the next transaction is open (its records held)
     ABORTING = "aborting"  # failing unsent batches, waiting for in-flight ones, then EndTxn(abort)
     PREPARING = "preparing"  # flushing, then Prepare
     PREPARED = "prepared"  # durable on the coordinator; someone else ends it
@@ -74,18 +85,21 @@ VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
     _S.UNINITIALIZED: frozenset({_S.INITIALIZING}),  # InitProducerId did not finish in time
     _S.INITIALIZING: frozenset({_S.UNINITIALIZED, _S.PREPARED}),
     _S.READY: frozenset({_S.INITIALIZING, _S.COMMITTING, _S.ABORTING}),
-    _S.IN_TRANSACTION: frozenset({_S.READY}),
-    _S.COMMITTING: frozenset({_S.IN_TRANSACTION}),
+    _S.IN_TRANSACTION: frozenset({_S.READY, _S.PIPELINED_COMMIT}),
+    _S.COMMITTING: frozenset({_S.IN_TRANSACTION, _S.PIPELINED_COMMIT}),  # from PIPELINED_COMMIT: it timed out
+    _S.PIPELINED_COMMIT: frozenset({_S.IN_TRANSACTION}),
     _S.PREPARING: frozenset({_S.IN_TRANSACTION}),
     _S.PREPARED: frozenset({_S.PREPARING}),
     # From PREPARING: a prepare whose outcome is unknown may still be aborted (abort ends a Prepared txn too).
     _S.ABORTING: frozenset({_S.IN_TRANSACTION, _S.ABORTABLE_ERROR, _S.PREPARING}),
-    _S.ABORTABLE_ERROR: frozenset({_S.IN_TRANSACTION, _S.COMMITTING, _S.PREPARING}),
+    _S.ABORTABLE_ERROR: frozenset({_S.IN_TRANSACTION, _S.COMMITTING, _S.PIPELINED_COMMIT, _S.PREPARING}),
     _S.FATAL_ERROR: frozenset(s for s in TxnState if s is not _S.FATAL_ERROR),
 }
 
 # States in which batches of the open transaction may be sequenced and sent.
-_SENDING = frozenset({_S.IN_TRANSACTION, _S.COMMITTING, _S.PREPARING})
+_SENDING = frozenset({_S.IN_TRANSACTION, _S.COMMITTING, _S.PIPELINED_COMMIT, _S.PREPARING})
+# States in which ``send`` is allowed (during a pipelined commit the records are the next transaction's).
+_OPEN = frozenset({_S.IN_TRANSACTION, _S.PIPELINED_COMMIT})
 
 
 class TransactionAbortedError(BrokerError):
@@ -137,7 +151,7 @@ class TransactionManager:
     # ---- listener (send path) ------------------------------------------------------------
 
     def on_abortable(self, reason: str) -> None:
-        if self.state in (_S.IN_TRANSACTION, _S.COMMITTING, _S.PREPARING):
+        if self.state in (_S.IN_TRANSACTION, _S.COMMITTING, _S.PIPELINED_COMMIT, _S.PREPARING):
             self.abortable_error = BrokerError(
                 ErrorCode.TRANSACTION_ABORTABLE,
                 f"transaction of {self.transactional_id!r} must be aborted: {reason}",
@@ -181,15 +195,21 @@ class TransactionManager:
             _S.READY: "call begin_transaction() first",
             _S.IN_TRANSACTION: "a transaction is already open",
             _S.COMMITTING: "a commit is under way: call commit_transaction() again to finish it",
+            _S.PIPELINED_COMMIT: "the previous transaction is committing: await its commit first",
             _S.ABORTING: "an abort is under way: call abort_transaction() again to finish it",
             _S.PREPARING: "a prepare is under way: call prepare_transaction() again to finish it",
             _S.PREPARED: "the transaction is prepared: close the producer or call init_transactions()",
         }.get(self.state, "")
         return BrokerError(ErrorCode.INVALID_TXN_STATE, f"cannot {what} in state {self.state.name}: {hint}")
 
+    @property
+    def open(self) -> bool:
+        """Whether ``send`` is allowed: a transaction is open (perhaps behind a pipelined commit)."""
+        return self.state in _OPEN
+
     def check_send(self) -> None:
         """``send`` is allowed only inside a transaction (Kafka: IllegalStateException otherwise)."""
-        if self.state is not _S.IN_TRANSACTION:
+        if self.state not in _OPEN:
             self._raise_unusable()
             raise self._wrong_state("send")
 
@@ -224,9 +244,22 @@ class TransactionManager:
         if self.state is target:
             return
         what = {_S.COMMITTING: "commit", _S.ABORTING: "abort", _S.PREPARING: "prepare"}[target]
-        if self.state not in VALID_PREVIOUS[target]:
+        # PIPELINED_COMMIT -> COMMITTING is only the pipelined commit's own timeout (pipelined_commit_unsettled).
+        if self.state not in VALID_PREVIOUS[target] or self.state is _S.PIPELINED_COMMIT:
             raise self._wrong_state(f"{what} the transaction")
         self.transition_to(target)
+
+    def begin_pipelined_commit(self) -> None:
+        """IN_TRANSACTION -> PIPELINED_COMMIT: the open transaction commits, the next one is open already."""
+        self._raise_unusable()
+        if self.state is not _S.IN_TRANSACTION:
+            raise self._wrong_state("commit and begin")
+        self.transition_to(_S.PIPELINED_COMMIT)
+
+    def pipelined_commit_unsettled(self) -> None:
+        """The pipelined commit's outcome is unknown (a timeout): COMMITTING, to be finished by commit_transaction."""
+        if self.state is _S.PIPELINED_COMMIT:
+            self.transition_to(_S.COMMITTING)
 
     def check_offsets(self) -> None:
         self._raise_unusable()
@@ -271,7 +304,8 @@ class TransactionManager:
             self.transactions_committed += 1
         else:
             self.transactions_aborted += 1
-        self.transition_to(_S.READY)
+        # A pipelined commit's next transaction is open already (its held records go out now).
+        self.transition_to(_S.IN_TRANSACTION if self.state is _S.PIPELINED_COMMIT else _S.READY)
 
     def end_rejected(self, exc: BrokerError) -> BrokerError:
         """EndTxn/Prepare answered with a non-retriable error; returns what to raise."""

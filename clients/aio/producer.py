@@ -27,7 +27,9 @@ the transactional id; the first batch to a partition adds it to the
 transaction (the partition leader verifies with the coordinator, KIP-890).
 Each EndTxn hands back the identity of the next transaction. The state
 machine and error handling (fenced -> fatal, failed batch -> abortable) are
-in ``_transactions``.
+in ``_transactions``. ``commit_and_begin`` pipelines commits: the next
+transaction's records are batched while the previous one commits and go out
+the moment it has (docs/pipelined-commit.md).
 
 The event loop is never blocked: ``send`` encodes the record and returns a
 future; it suspends only to learn a topic's partitions or when
@@ -43,7 +45,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from ..partitioner import partition_for_key
 from ..protocol import (
@@ -103,6 +105,27 @@ def _as_bytes(what: str, v: Any) -> bytes | None:
         ErrorCode.INVALID_REQUEST,
         f"{what} must be bytes or None (or configure {what}_serializer), got {type(v).__name__}",
     )
+
+
+class _Settable(Protocol):
+    """What an asyncio or a concurrent.futures future offers to be completed."""
+
+    def done(self) -> bool: ...
+    def cancel(self) -> bool: ...
+    def set_result(self, result: None, /) -> None: ...
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
+def copy_outcome(src: asyncio.Future[None], dst: _Settable) -> None:
+    """Complete ``dst`` as ``src`` (done) completed: result, exception or cancellation."""
+    if dst.done():
+        return
+    if src.cancelled():
+        dst.cancel()
+    elif (exc := src.exception()) is not None:
+        dst.set_exception(exc)
+    else:
+        dst.set_result(None)
 
 
 class AsyncProducer:
@@ -212,6 +235,7 @@ class AsyncProducer:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._metadata_task: asyncio.Task[None] | None = None
         self._init_task: asyncio.Task[None] | None = None
+        self._pipelined: asyncio.Task[None] | None = None  # commit_and_begin's commit, until it ends
         self._closed = False
         self._internal_error: BrokerError | None = None
         self._errors: dict[str, int] = {}
@@ -343,8 +367,15 @@ class AsyncProducer:
         """Send everything queued now and wait until each of those batches is acknowledged or failed.
 
         Raises ``BrokerError(REQUEST_TIMED_OUT)`` if ``timeout`` (seconds) passes first.
+        During a pipelined commit it first waits for that commit (the records
+        sent since are held until it ends).
         """
-        pending = set(self._acc.unreported())
+        await self._settle_pipelined()
+        await self._flush(timeout)
+
+    async def _flush(self, timeout: float | None, *, held: bool = True) -> None:
+        """``flush``; ``held=False`` (a pipelined commit's own flush) leaves out the next transaction's batches."""
+        pending = set(self._acc.unreported(held=held))
         if not pending:
             return
         assert self._loop is not None
@@ -373,6 +404,7 @@ class AsyncProducer:
         """
         if self._closed:
             return
+        await self._settle_pipelined()  # its held batches are sent or failed first
         self._closed = True
         self._acc.closing = True
         self._wake.set()
@@ -453,6 +485,7 @@ class AsyncProducer:
         ``REQUEST_TIMED_OUT`` when ``timeout`` passes first -- the commit may
         then still happen: call ``commit_transaction`` again to finish it.
         """
+        await self._settle_pipelined()
         txn = self._txn_manager()
         txn.begin_end(TxnState.COMMITTING)
         deadline = self._deadline(timeout)
@@ -460,12 +493,74 @@ class AsyncProducer:
         txn.raise_if_abortable()
         await self._end_transaction(txn, deadline, commit=True)
 
+    async def commit_and_begin(self, timeout: float | None = None) -> asyncio.Future[None]:
+        """Commit the open transaction and open the next one at once; returns the commit's outcome as a future.
+
+        A pipelined ``commit_transaction`` + ``begin_transaction``: the caller
+        goes on sending without waiting. Records sent from now on belong to the
+        next transaction; they are batched while the commit runs (flush, then
+        EndTxn) and sent, in order after everything of the committed
+        transaction, the moment it has ended. The future resolves when the
+        commit is done and raises what ``commit_transaction`` would have.
+        If the commit fails, the next transaction never happened: its records'
+        futures fail with ``TransactionAbortedError`` (nothing of them was
+        sent) and the producer is where ``commit_transaction`` would have left
+        it -- call ``abort_transaction`` after ``TRANSACTION_ABORTABLE``,
+        ``commit_transaction`` again after ``REQUEST_TIMED_OUT``; fenced is
+        fatal. Every other transactional call (and ``flush``, ``close``) waits
+        for a pending pipelined commit first; a second ``commit_and_begin``
+        does too. docs/pipelined-commit.md.
+        """
+        await self._settle_pipelined()
+        txn = self._txn_manager()
+        txn.begin_pipelined_commit()
+        self.ensure_started()
+        self._acc.hold_new_batches()
+        self._wake.set()
+        assert self._loop is not None
+        outcome: asyncio.Future[None] = self._loop.create_future()
+        # An outcome nobody awaits must not be logged as lost: the state the failure leaves raises it anyway.
+        outcome.add_done_callback(lambda f: f.cancelled() or f.exception())
+        task = self._loop.create_task(self._pipelined_commit(txn, self._deadline(timeout)))
+        self._pipelined = task
+
+        def settled(t: asyncio.Task[None]) -> None:
+            if self._pipelined is t:
+                self._pipelined = None
+            copy_outcome(t, outcome)
+
+        task.add_done_callback(settled)
+        return outcome
+
+    async def _pipelined_commit(self, txn: TransactionManager, deadline: float) -> None:
+        try:
+            await self._flush(max(0.0, deadline - time.monotonic()), held=False)
+            txn.raise_if_abortable()
+            await self._end_transaction(txn, deadline, commit=True)
+        except BaseException as exc:
+            txn.pipelined_commit_unsettled()  # a timeout: commit_transaction finishes it (never an abort)
+            code = exc.error_code.name if isinstance(exc, BrokerError) else type(exc).__name__
+            self._acc.fail_held(
+                TransactionAbortedError(f"{txn.transactional_id}: the transaction before it did not commit ({code})")
+            )
+            self._wake.set()
+            raise
+        self._acc.release_held()
+        self._wake.set()
+
+    async def _settle_pipelined(self) -> None:
+        """Wait until a pending pipelined commit has ended, whatever its outcome (its state tells)."""
+        task = self._pipelined
+        if task is not None:
+            await asyncio.wait({task})
+
     async def abort_transaction(self, timeout: float | None = None) -> None:
         """Fail the records not sent yet, wait for those in flight, then EndTxn(abort).
 
         The unsent records' futures fail with ``TransactionAbortedError``
         (``TRANSACTION_ABORTABLE``). After ``REQUEST_TIMED_OUT`` call it again.
         """
+        await self._settle_pipelined()
         txn = self._txn_manager()
         txn.begin_end(TxnState.ABORTING)
         deadline = self._deadline(timeout)
@@ -483,6 +578,7 @@ class AsyncProducer:
         bound to that commit group and only the group's decision ends it.
         This producer may then only be closed or ``init_transactions``'d again.
         """
+        await self._settle_pipelined()
         txn = self._txn_manager()
         txn.begin_end(TxnState.PREPARING)
         deadline = self._deadline(timeout)
@@ -519,6 +615,7 @@ class AsyncProducer:
         member (KIP-447: ``ILLEGAL_GENERATION``/``UNKNOWN_MEMBER_ID``). Any
         failure leaves the transaction abortable (fenced: fatal).
         """
+        await self._settle_pipelined()  # the next transaction's identity comes with the previous commit's end
         txn = self._txn_manager()
         txn.check_offsets()
         group = group_id if isinstance(group_id, ConsumerGroupMetadata) else ConsumerGroupMetadata(group_id)
@@ -658,7 +755,7 @@ class AsyncProducer:
             not self._closed
             and self._idem.fatal_error is None
             and self._internal_error is None
-            and (txn is None or (txn.state is TxnState.IN_TRANSACTION and txn.fatal_error is None))
+            and (txn is None or (txn.open and txn.fatal_error is None))
         )
 
     def _raise_if_fatal(self) -> None:

@@ -168,6 +168,70 @@ def test_first_batches_of_a_transaction_travel_together_and_are_retried_in_order
     )
 
 
+def test_a_pipelined_commit_holds_the_next_transactions_batches_until_it_ends():
+    txn, acc = ready()
+    txn.begin()
+    put(acc, 0, b"x" * 300)  # an open batch, not full: it belongs to the committing transaction
+    txn.begin_pipelined_commit()
+    acc.hold_new_batches()
+    later = put(acc, 0, b"y" * 300)  # must not join the open batch: a new, held one
+    put(acc, 1, b"z" * 300, now=0.0)
+    txn.check_send()  # the next transaction is open for sends
+    assert [b.held for b in acc.unreported()] == [False, True, True]
+    assert len(list(acc.unreported(held=False))) == 1, "the commit's flush waits for its own batch only"
+    [first] = send_all(acc, 5.0)  # long past linger: still only the committing transaction's batch
+    assert (first.partition, first.record_count, first.producer_epoch) == (0, 1, 0)
+    assert acc.next_deadline(5.0) == pytest.approx(120.0), "held batches arm no linger wake-up, only expiry"
+    assert acc.handle_response(first, 0, -1, None, 5.0) is Outcome.ACKED
+    assert send_all(acc, 6.0) == []
+    txn.ended(7, 1, committed=True)  # EndTxn answered with the next identity
+    assert txn.state is S.IN_TRANSACTION
+    acc.release_held()
+    nxt = sorted(send_all(acc, 6.0), key=lambda b: b.partition)
+    assert [(b.partition, b.producer_epoch, b.base_sequence) for b in nxt] == [(0, 1, 0), (1, 1, 0)], (
+        "the held batches go out under the next transaction's identity, from sequence 0"
+    )
+    assert not later.done()
+
+
+def test_a_failed_pipelined_commit_fails_the_held_batches_and_stays_a_commit():
+    txn, acc = ready()
+    txn.begin()
+    put(acc, 0)
+    [b] = send_all(acc)
+    assert acc.handle_response(b, 0, -1, None, 1.0) is Outcome.ACKED
+    txn.begin_pipelined_commit()
+    acc.hold_new_batches()
+    held = [put(acc, p, now=1.0) for p in (0, 1)]
+    txn.pipelined_commit_unsettled()  # EndTxn timed out: outcome unknown
+    assert acc.fail_held(TransactionAbortedError("previous did not commit")) == 2
+    assert all(isinstance(s.error, TransactionAbortedError) for s in held)
+    assert txn.state is S.COMMITTING, "failing the held batches must not turn the commit into an abort"
+    assert list(acc.unreported()) == [] and not acc.holding
+    with pytest.raises(BrokerError, match="commit_transaction"):
+        txn.check_send()
+    txn.begin_end(S.COMMITTING)  # commit_transaction() resumes it
+    txn.ended(7, 1, committed=True)
+    assert txn.state is S.READY
+
+
+def test_a_batch_of_the_committing_transaction_failing_makes_the_pipelined_commit_abortable():
+    txn, acc = ready()
+    txn.begin()
+    put(acc, 0)
+    [b] = send_all(acc)
+    txn.begin_pipelined_commit()
+    acc.hold_new_batches()
+    put(acc, 0, now=1.0)
+    assert acc.handle_response(b, -1, -1, error(ErrorCode.MESSAGE_TOO_LARGE), 1.0) is Outcome.FAILED
+    assert txn.state is S.ABORTABLE_ERROR
+    with pytest.raises(BrokerError) as ei:
+        txn.raise_if_abortable()
+    assert ei.value.error_code is ErrorCode.TRANSACTION_ABORTABLE
+    with pytest.raises(BrokerError):
+        txn.begin_pipelined_commit()
+
+
 def test_request_size_counts_the_transactional_id():
     # The accumulator's framing must equal the encoder's, or a full request exceeds max_request_size
     txn, acc = make(batch_size=100_000)
@@ -333,7 +397,7 @@ def test_offset_entries_accept_ints_and_offset_and_metadata_and_reject_garbage()
 # ---- the state machine against a model --------------------------------------------------------------
 
 OPS = ("init", "init_fail", "initialized", "begin", "send", "commit", "abort", "prepare", "prepared",
-       "ended", "batch_failed", "offsets", "fenced")  # fmt: skip
+       "ended", "batch_failed", "offsets", "fenced", "pipelined", "unsettled")  # fmt: skip
 
 
 @given(st.data())
@@ -365,7 +429,10 @@ def test_random_calls_follow_the_model(data):
         assert expected is not None, (op, model, txn.state)
         model = expected
         assert txn.state is model, (op, txn.state, model)
-        assert txn.idem.sending_allowed == (model in (S.IN_TRANSACTION, S.COMMITTING, S.PREPARING))
+        assert txn.idem.sending_allowed == (
+            model in (S.IN_TRANSACTION, S.COMMITTING, S.PIPELINED_COMMIT, S.PREPARING)
+        )
+        assert txn.open == (model in (S.IN_TRANSACTION, S.PIPELINED_COMMIT))
 
 
 def _apply(txn: TransactionManager, op: str) -> None:
@@ -392,9 +459,15 @@ def _apply(txn: TransactionManager, op: str) -> None:
             raise BrokerError(ErrorCode.INVALID_TXN_STATE, "test: only while preparing")
         txn.prepared()
     elif op == "ended":
-        if txn.state not in (S.COMMITTING, S.ABORTING):
+        if txn.state not in (S.COMMITTING, S.ABORTING, S.PIPELINED_COMMIT):
             raise BrokerError(ErrorCode.INVALID_TXN_STATE, "test: only while ending")
-        txn.ended(1, txn.idem.current.epoch + 1, committed=txn.state is S.COMMITTING)
+        txn.ended(1, txn.idem.current.epoch + 1, committed=txn.state is not S.ABORTING)
+    elif op == "pipelined":
+        txn.begin_pipelined_commit()
+    elif op == "unsettled":
+        if txn.state is not S.PIPELINED_COMMIT:
+            raise BrokerError(ErrorCode.INVALID_TXN_STATE, "test: only while a pipelined commit runs")
+        txn.pipelined_commit_unsettled()
     elif op == "batch_failed":
         txn.idem.batch_failed(error(ErrorCode.CORRUPT_MESSAGE))
     elif op == "fenced":
@@ -408,7 +481,8 @@ def _model_step(state: TxnState, op: str) -> TxnState | None:
     if op == "fenced":
         return S.FATAL_ERROR
     if op == "batch_failed":
-        return S.ABORTABLE_ERROR if state in (S.IN_TRANSACTION, S.COMMITTING, S.PREPARING) else state
+        sending = (S.IN_TRANSACTION, S.COMMITTING, S.PIPELINED_COMMIT, S.PREPARING)
+        return S.ABORTABLE_ERROR if state in sending else state
     table: dict[tuple[TxnState, str], TxnState] = {
         (S.UNINITIALIZED, "init"): S.INITIALIZING,
         (S.PREPARED, "init"): S.INITIALIZING,
@@ -428,5 +502,11 @@ def _model_step(state: TxnState, op: str) -> TxnState | None:
         (S.PREPARING, "prepared"): S.PREPARED,
         (S.COMMITTING, "ended"): S.READY,
         (S.ABORTING, "ended"): S.READY,
+        # Pipelined commit: the next transaction is open (send allowed, its batches held) while it runs;
+        # its end opens that transaction, a timeout leaves COMMITTING for commit_transaction to finish.
+        (S.IN_TRANSACTION, "pipelined"): S.PIPELINED_COMMIT,
+        (S.PIPELINED_COMMIT, "send"): S.PIPELINED_COMMIT,
+        (S.PIPELINED_COMMIT, "ended"): S.IN_TRANSACTION,
+        (S.PIPELINED_COMMIT, "unsettled"): S.COMMITTING,
     }
     return table.get((state, op))
