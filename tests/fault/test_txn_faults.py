@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from clients import Producer
+from clients.aio._transactions import TransactionAbortedError
 from clients.protocol import BrokerError, ErrorCode
 from clients.records import RecordMetadata
 from tests.integration.test_transactions_http import TxnWriter, fetch
@@ -424,12 +425,55 @@ def test_commit_that_times_out_resumes_with_the_same_identity(make_cluster):
         p.begin_transaction()
         p.send("amb", value=b"next", partition=0)
         p.commit_transaction(timeout=60)
-    expected = {("amb", q): [(f.result().offset, v) for v, f in sent[("amb", q)]] for q in range(3)}
+    assert_resumed_commit_then_next(c, "amb", sent)
+
+
+def assert_resumed_commit_then_next(
+    c: LocalCluster, topic: str, sent: dict[tuple[str, int], list[tuple[bytes, Future[RecordMetadata]]]]
+) -> None:
+    """The resumed commit's 3 records per partition, then only ``next`` on partition 0, read_committed."""
+    expected = {(topic, q): [(f.result().offset, v) for v, f in sent[(topic, q)]] for q in range(3)}
     # The last commit answered at its decision: poll until its marker is there too
     got = wait_for(
-        lambda: (g := consume_all(c.urls, list(expected), "read_committed"))[("amb", 0)][3:] and g,
+        lambda: (g := consume_all(c.urls, list(expected), "read_committed"))[(topic, 0)][3:] and g,
         60,
         "the second transaction visible",
     )
     assert {tp: recs[: len(expected[tp])] for tp, recs in got.items()} == expected
-    assert [v for _, v in got[("amb", 0)][3:]] == [b"next"]
+    assert [v for _, v in got[(topic, 0)][3:]] == [b"next"], "one record after the resumed commit, no other"
+
+
+def test_pipelined_commit_that_times_out_fails_the_held_records_and_resumes_as_a_commit(make_cluster):
+    # docs/pipelined-commit.md: the next transaction never happened; the unknown commit stays a commit
+    c = make_cluster()
+    c.create_topic("ambp", partitions=3, rf=3)
+    tid, coord, other, _ = coordinator_apart_from(c, "ambp", c.wait_leaders("ambp", 3))
+    with Producer(c.urls, transactional_id=tid, request_timeout_ms=1000, delivery_timeout_ms=60_000) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        sent = send_everywhere(p, [("ambp", q) for q in range(3)], 3, "ambp")
+        ident = (p.producer_id, p.producer_epoch)
+        for n in (coord, other):
+            c.signal(n, signal.SIGSTOP)
+        try:
+            outcome = p.commit_and_begin(timeout=3)
+            held = p.send("ambp", value=b"held", partition=0)  # the next transaction's: held behind the commit
+            with pytest.raises(BrokerError) as ei:
+                outcome.result(timeout=30)
+            assert ei.value.error_code is ErrorCode.REQUEST_TIMED_OUT
+            with pytest.raises(TransactionAbortedError, match="did not commit"):
+                held.result(timeout=30)
+            assert (p.producer_id, p.producer_epoch) == ident, "no new identity without an answer"
+            for call in (p.abort_transaction, lambda: p.send("ambp", value=b"x"), p.commit_and_begin):
+                with pytest.raises(BrokerError) as ei:
+                    call()
+                assert ei.value.error_code is ErrorCode.INVALID_TXN_STATE, "an unknown commit must stay a commit"
+        finally:
+            for n in (coord, other):
+                c.signal(n, signal.SIGCONT)
+        p.commit_transaction(timeout=60)  # finishes the pipelined commit with the same identity
+        assert p.producer_epoch > ident[1]
+        p.begin_transaction()
+        p.send("ambp", value=b"next", partition=0)
+        p.commit_transaction(timeout=60)
+    assert_resumed_commit_then_next(c, "ambp", sent)  # the held record was never written
