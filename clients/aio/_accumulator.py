@@ -577,11 +577,16 @@ class RecordAccumulator:
     # ---- expiry, bump, fatal ----------------------------------------------------------------
 
     def expire(self, now: float) -> int:
-        """Fail every batch older than ``delivery_timeout_ms``; returns how many expired."""
+        """Fail every batch older than ``delivery_timeout_ms``; returns how many expired.
+
+        Held batches (the next transaction's, behind a pipelined commit) do not expire while held: the
+        commit's own deadline decides their fate (released, or failed unsent), and their expiry would
+        wrongly make the committing transaction abortable.
+        """
         limit = self.delivery_timeout_s
         n = 0
         for pq in self.partitions.values():
-            while pq.queue and now - pq.queue[0].created >= limit:
+            while pq.queue and not pq.queue[0].held and now - pq.queue[0].created >= limit:
                 b = pq.queue.popleft()
                 if pq.open is b:
                     pq.open = None

@@ -404,7 +404,11 @@ class AsyncProducer:
         """
         if self._closed:
             return
-        await self._settle_pipelined()  # its held batches are sent or failed first
+        if (task := self._pipelined) is not None:  # its held batches are sent or failed first
+            done, _ = await asyncio.wait({task}, timeout=timeout)
+            if not done:  # the commit's outcome stays unknown; its held records fail unsent
+                task.cancel()
+                await asyncio.wait({task})
         self._closed = True
         self._acc.closing = True
         self._wake.set()

@@ -477,3 +477,31 @@ def test_pipelined_commit_that_times_out_fails_the_held_records_and_resumes_as_a
         p.send("ambp", value=b"next", partition=0)
         p.commit_transaction(timeout=60)
     assert_resumed_commit_then_next(c, "ambp", sent)  # the held record was never written
+
+
+def test_close_during_a_stuck_pipelined_commit_returns_within_its_timeout(make_cluster):
+    # close(timeout) bounds the wait for a pending pipelined commit; the held records fail unsent
+    c = make_cluster()
+    c.create_topic("ambc", partitions=3, rf=3)
+    tid, coord, other, _ = coordinator_apart_from(c, "ambc", c.wait_leaders("ambc", 3))
+    p = Producer(c.urls, transactional_id=tid, request_timeout_ms=1000, delivery_timeout_ms=60_000)
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        send_everywhere(p, [("ambc", 0)], 2, "ambc")
+        for n in (coord, other):
+            c.signal(n, signal.SIGSTOP)
+        try:
+            outcome = p.commit_and_begin(timeout=60)
+            held = p.send("ambc", value=b"held", partition=0)
+            t0 = time.monotonic()
+            p.close(timeout=2)
+            assert time.monotonic() - t0 < 10, "close waited for the commit's own 60 s deadline"
+            with pytest.raises(TransactionAbortedError, match="did not commit"):
+                held.result(timeout=5)
+            assert outcome.cancelled(), "the commit's outcome is unknown, not a failure"
+        finally:
+            for n in (coord, other):
+                c.signal(n, signal.SIGCONT)
+    finally:
+        p.close()

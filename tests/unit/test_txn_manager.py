@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clients.aio._accumulator import Outcome, RecordAccumulator
-from clients.aio._batch import record_size
+from clients.aio._batch import ProducerBatch, record_size
 from clients.aio._idempotence import IdempotenceManager, ProducerIdState
 from clients.aio._transactions import (
     VALID_PREVIOUS,
@@ -194,14 +194,28 @@ def test_a_pipelined_commit_holds_the_next_transactions_batches_until_it_ends():
     assert not later.done()
 
 
-def test_a_failed_pipelined_commit_fails_the_held_batches_and_stays_a_commit():
+def committing_one_batch() -> tuple[TransactionManager, RecordAccumulator, ProducerBatch]:
+    """A transaction whose one batch is in flight, now committing by ``commit_and_begin`` (held from here)."""
     txn, acc = ready()
     txn.begin()
     put(acc, 0)
     [b] = send_all(acc)
-    assert acc.handle_response(b, 0, -1, None, 1.0) is Outcome.ACKED
     txn.begin_pipelined_commit()
     acc.hold_new_batches()
+    return txn, acc, b
+
+
+def test_held_batches_do_not_expire_while_the_commit_runs():
+    txn, acc, b = committing_one_batch()
+    held = put(acc, 0, now=1.0)
+    assert acc.handle_response(b, 0, -1, None, 2.0) is Outcome.ACKED
+    assert acc.expire(500.0) == 0, "a held batch is not the committing transaction's to expire"
+    assert not held.done() and txn.state is S.PIPELINED_COMMIT
+
+
+def test_a_failed_pipelined_commit_fails_the_held_batches_and_stays_a_commit():
+    txn, acc, b = committing_one_batch()
+    assert acc.handle_response(b, 0, -1, None, 1.0) is Outcome.ACKED
     held = [put(acc, p, now=1.0) for p in (0, 1)]
     txn.pipelined_commit_unsettled()  # EndTxn timed out: outcome unknown
     assert acc.fail_held(TransactionAbortedError("previous did not commit")) == 2
@@ -216,12 +230,7 @@ def test_a_failed_pipelined_commit_fails_the_held_batches_and_stays_a_commit():
 
 
 def test_a_batch_of_the_committing_transaction_failing_makes_the_pipelined_commit_abortable():
-    txn, acc = ready()
-    txn.begin()
-    put(acc, 0)
-    [b] = send_all(acc)
-    txn.begin_pipelined_commit()
-    acc.hold_new_batches()
+    txn, acc, b = committing_one_batch()
     put(acc, 0, now=1.0)
     assert acc.handle_response(b, -1, -1, error(ErrorCode.MESSAGE_TOO_LARGE), 1.0) is Outcome.FAILED
     assert txn.state is S.ABORTABLE_ERROR
