@@ -713,15 +713,10 @@ class RecordAccumulator:
                 best = t
 
         for tp, pq in self.partitions.items():
-            if pq.queue:
+            if pq.queue and not pq.queue[0].held:  # a held head waits for its commit's end, not for a time
                 head = pq.queue[0]
                 consider(head.created + self.delivery_timeout_s)
-                if (
-                    not head.held
-                    and self.idem.can_sequence
-                    and len(pq.inflight) < self.max_in_flight
-                    and tp not in self.no_leader
-                ):
+                if self.idem.can_sequence and len(pq.inflight) < self.max_in_flight and tp not in self.no_leader:
                     consider(head.created + self.linger_s)
             for b in pq.inflight:
                 if not b.reported:

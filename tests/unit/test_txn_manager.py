@@ -181,7 +181,7 @@ def test_a_pipelined_commit_holds_the_next_transactions_batches_until_it_ends():
     assert len(list(acc.unreported(held=False))) == 1, "the commit's flush waits for its own batch only"
     [first] = send_all(acc, 5.0)  # long past linger: still only the committing transaction's batch
     assert (first.partition, first.record_count, first.producer_epoch) == (0, 1, 0)
-    assert acc.next_deadline(5.0) == pytest.approx(120.0), "held batches arm no linger wake-up, only expiry"
+    assert acc.next_deadline(5.0) == pytest.approx(120.0), "only the in-flight batch's expiry: held ones arm none"
     assert acc.handle_response(first, 0, -1, None, 5.0) is Outcome.ACKED
     assert send_all(acc, 6.0) == []
     txn.ended(7, 1, committed=True)  # EndTxn answered with the next identity
@@ -211,6 +211,7 @@ def test_held_batches_do_not_expire_while_the_commit_runs():
     assert acc.handle_response(b, 0, -1, None, 2.0) is Outcome.ACKED
     assert acc.expire(500.0) == 0, "a held batch is not the committing transaction's to expire"
     assert not held.done() and txn.state is S.PIPELINED_COMMIT
+    assert acc.next_deadline(500.0) is None, "nor a time to wake the sender for: it would spin"
 
 
 def test_a_failed_pipelined_commit_fails_the_held_batches_and_stays_a_commit():
