@@ -404,11 +404,7 @@ class AsyncProducer:
         """
         if self._closed:
             return
-        if (task := self._pipelined) is not None:  # its held batches are sent or failed first
-            done, _ = await asyncio.wait({task}, timeout=timeout)
-            if not done:  # the commit's outcome stays unknown; its held records fail unsent
-                task.cancel()
-                await asyncio.wait({task})
+        await self._settle_pipelined(timeout)  # its held batches are sent or failed first
         self._closed = True
         self._acc.closing = True
         self._wake.set()
@@ -552,10 +548,18 @@ class AsyncProducer:
         self._acc.release_held()
         self._wake.set()
 
-    async def _settle_pipelined(self) -> None:
-        """Wait until a pending pipelined commit has ended, whatever its outcome (its state tells)."""
+    async def _settle_pipelined(self, timeout: float | None = None) -> None:
+        """Wait until a pending pipelined commit has ended, whatever its outcome (its state tells).
+
+        With ``timeout`` (``close``) it is cancelled when that passes first: its outcome stays unknown
+        and its held records fail unsent.
+        """
         task = self._pipelined
-        if task is not None:
+        if task is None:
+            return
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            task.cancel()
             await asyncio.wait({task})
 
     async def abort_transaction(self, timeout: float | None = None) -> None:

@@ -13,10 +13,12 @@ completely through the server-filtered fetch and checks exactly that.
 from __future__ import annotations
 
 import base64
+import contextlib
 import re
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -120,6 +122,18 @@ def commit_in_background(p: Producer) -> tuple[threading.Thread, list[BaseExcept
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, outcome
+
+
+@contextlib.contextmanager
+def stopped(c: LocalCluster, *nodes: int) -> Iterator[None]:
+    """``nodes`` SIGSTOPped for the block (no majority: a coordinator call times out), SIGCONTed after."""
+    for n in nodes:
+        c.signal(n, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for n in nodes:
+            c.signal(n, signal.SIGCONT)
 
 
 def coordinator_apart_from(c: LocalCluster, prefix: str, leaders: dict[int, int]) -> tuple[str, int, int, int]:
@@ -406,9 +420,7 @@ def test_commit_that_times_out_resumes_with_the_same_identity(make_cluster):
         ident = (p.producer_id, p.producer_epoch)
         # When two of three nodes stop (no majority can elect another coordinator), the commit times out
         # with its outcome unknown
-        for n in (coord, other):
-            c.signal(n, signal.SIGSTOP)
-        try:
+        with stopped(c, coord, other):
             with pytest.raises(BrokerError) as ei:
                 p.commit_transaction(timeout=3)
             assert ei.value.error_code is ErrorCode.REQUEST_TIMED_OUT
@@ -416,9 +428,6 @@ def test_commit_that_times_out_resumes_with_the_same_identity(make_cluster):
             with pytest.raises(BrokerError) as ei:
                 p.abort_transaction()
             assert ei.value.error_code is ErrorCode.INVALID_TXN_STATE, "an unknown commit must not become an abort"
-        finally:
-            for n in (coord, other):
-                c.signal(n, signal.SIGCONT)
         # Then calling commit again finishes it (the coordinator answers the retried EndTxn idempotently)
         p.commit_transaction(timeout=60)
         assert p.producer_epoch > ident[1]
@@ -453,9 +462,7 @@ def test_pipelined_commit_that_times_out_fails_the_held_records_and_resumes_as_a
         p.begin_transaction()
         sent = send_everywhere(p, [("ambp", q) for q in range(3)], 3, "ambp")
         ident = (p.producer_id, p.producer_epoch)
-        for n in (coord, other):
-            c.signal(n, signal.SIGSTOP)
-        try:
+        with stopped(c, coord, other):
             outcome = p.commit_and_begin(timeout=3)
             held = p.send("ambp", value=b"held", partition=0)  # the next transaction's: held behind the commit
             with pytest.raises(BrokerError) as ei:
@@ -468,9 +475,6 @@ def test_pipelined_commit_that_times_out_fails_the_held_records_and_resumes_as_a
                 with pytest.raises(BrokerError) as ei:
                     call()
                 assert ei.value.error_code is ErrorCode.INVALID_TXN_STATE, "an unknown commit must stay a commit"
-        finally:
-            for n in (coord, other):
-                c.signal(n, signal.SIGCONT)
         p.commit_transaction(timeout=60)  # finishes the pipelined commit with the same identity
         assert p.producer_epoch > ident[1]
         p.begin_transaction()
@@ -489,9 +493,7 @@ def test_close_during_a_stuck_pipelined_commit_returns_within_its_timeout(make_c
         p.init_transactions()
         p.begin_transaction()
         send_everywhere(p, [("ambc", 0)], 2, "ambc")
-        for n in (coord, other):
-            c.signal(n, signal.SIGSTOP)
-        try:
+        with stopped(c, coord, other):
             outcome = p.commit_and_begin(timeout=60)
             held = p.send("ambc", value=b"held", partition=0)
             t0 = time.monotonic()
@@ -500,8 +502,5 @@ def test_close_during_a_stuck_pipelined_commit_returns_within_its_timeout(make_c
             with pytest.raises(TransactionAbortedError, match="did not commit"):
                 held.result(timeout=5)
             assert outcome.cancelled(), "the commit's outcome is unknown, not a failure"
-        finally:
-            for n in (coord, other):
-                c.signal(n, signal.SIGCONT)
     finally:
         p.close()
