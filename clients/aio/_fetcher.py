@@ -349,13 +349,20 @@ class Fetcher:
         await asyncio.sleep(self._config.retry_backoff_ms / 1000)
 
     async def retrying(self, fn: Callable[[], Awaitable[int]], timeout_s: float | None) -> int:
-        """Retry ``fn`` on retriable errors with backoff until ``timeout_s`` (None: forever)."""
+        """Retry ``fn`` on retriable errors with backoff until ``timeout_s`` (None: forever).
+
+        With a deadline an unknown topic is retried too, as the fetch path does: a node that restarted or
+        lags the controller answers it for a topic that exists (Kafka retries it as stale metadata).
+        """
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         while True:
             try:
                 return await fn()
             except BrokerError as exc:
-                if not exc.retriable or (deadline is not None and loop.time() >= deadline):
+                retry = exc.retriable or (
+                    deadline is not None and exc.error_code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
+                if not retry or (deadline is not None and loop.time() >= deadline):
                     raise
             await asyncio.sleep(self._config.retry_backoff_ms / 1000)
