@@ -359,8 +359,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--commit-every", type=int, default=500, help="records per transaction (0: no count limit)")
     p.add_argument("--commit-every-ms", type=int, default=100, help="transaction age limit (0: none)")
     p.add_argument("--max-records", type=int, help="exit 0 after copying this many records")
-    p.add_argument("--idle-exit-ms", type=int,
-                   help="exit 0 after this long without input once the group has committed the whole input")
+    p.add_argument(
+        "--idle-exit-ms",
+        type=int,
+        help="exit 0 after this long without input once the group has committed the whole input",
+    )
     p.add_argument("--transaction-timeout-ms", type=int, default=60_000)
     p.add_argument("--session-timeout-ms", type=int, default=10_000)
     p.add_argument("--heartbeat-interval-ms", type=int, default=3_000)

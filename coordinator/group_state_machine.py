@@ -448,8 +448,10 @@ class GroupStateMachine:
         everything = topics is None and partitions is None
 
         def wanted(tp: TopicPartition) -> bool:
-            return everything or (topics is not None and tp.topic in topics) or (
-                partitions is not None and tp in partitions
+            return (
+                everything
+                or (topics is not None and tp.topic in topics)
+                or (partitions is not None and tp in partitions)
             )
 
         if require_stable:

@@ -118,7 +118,7 @@ def parse_partition_json(name: str, text: str) -> dict[TP, int]:
     try:
         doc = json.loads(text)
     except ValueError:
-        raise bad(name, f"{text!r} is not JSON like {{\"topic\": {{\"0\": 23}}}}") from None
+        raise bad(name, f'{text!r} is not JSON like {{"topic": {{"0": 23}}}}') from None
     if not isinstance(doc, dict):
         raise bad(name, "expected a JSON object of topics")
     out: dict[TP, int] = {}
@@ -237,7 +237,7 @@ def _parse_assign(text: str) -> tuple[TP, ...]:
     try:
         doc = json.loads(text)
     except ValueError:
-        raise bad("assign", f"{text!r} is not JSON like {{\"topic\": [0, 1]}}") from None
+        raise bad("assign", f'{text!r} is not JSON like {{"topic": [0, 1]}}') from None
     if not isinstance(doc, dict) or not all(isinstance(v, list) for v in doc.values()):
         raise bad("assign", 'expected {"topic": [0, 1]}')
     try:

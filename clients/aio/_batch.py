@@ -93,9 +93,7 @@ VALID_PREVIOUS: dict[BatchState, frozenset[BatchState]] = {
     BatchState.IN_FLIGHT: frozenset({BatchState.QUEUED, BatchState.RETRY_WAIT}),
     BatchState.RETRY_WAIT: frozenset({BatchState.IN_FLIGHT}),
     BatchState.RESEQUENCE: frozenset({BatchState.IN_FLIGHT, BatchState.RETRY_WAIT}),
-    BatchState.DONE: frozenset(
-        {BatchState.QUEUED, BatchState.IN_FLIGHT, BatchState.RETRY_WAIT, BatchState.RESEQUENCE}
-    ),
+    BatchState.DONE: frozenset({BatchState.QUEUED, BatchState.IN_FLIGHT, BatchState.RETRY_WAIT, BatchState.RESEQUENCE}),
 }
 
 

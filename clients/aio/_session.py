@@ -89,9 +89,7 @@ class HttpSession:
             raise error_from_body(resp.status, resp.body, url)
         return resp.content_type, resp.body
 
-    async def request_json(
-        self, method: str, url: str, body: Any = None, *, timeout: float | None = None
-    ) -> Any:
+    async def request_json(self, method: str, url: str, body: Any = None, *, timeout: float | None = None) -> Any:
         """A JSON request; returns the decoded JSON answer (``None`` for an empty body)."""
         _, raw = await self.request(method, url, json_body=body, timeout=timeout)
         return json.loads(raw) if raw else None

@@ -107,149 +107,316 @@ GROUP = variable("group", "Consumer group", "label_values(txbroker_consumer_grou
 
 
 def overview() -> tuple[str, str, list[dict[str, Any]], list[Panel]]:
-    return "txbroker-overview", "txbroker / Cluster overview", [INSTANCE], [
-        stat("Nodes scraped", 'sum(up{job="txbroker"})', description="Nodes Prometheus reaches"),
-        stat("Controller leaders", "sum(txbroker_controller_is_leader)", must_equal=1,
-             description="Exactly one node must lead the controller group"),
-        stat("Unavailable partitions", "sum(max by (topic) (txbroker_partitions_unavailable))", bad_above=0,
-             description="Partitions without a leader (no quorum)"),
-        stat("Under-replicated partitions", "sum(txbroker_partitions_under_replicated)", bad_above=0,
-             description="Partitions whose leader has a follower disconnected or far behind"),
-        ts("Records per second", t(f"sum(rate(txbroker_records_produced_total[{RI}]))", "produced"),
-           t(f"sum(rate(txbroker_records_fetched_total[{RI}]))", "fetched"), unit="ops"),
-        ts("Bytes per second", t(f"sum(rate(txbroker_produced_bytes_total[{RI}]))", "in"),
-           t(f"sum(rate(txbroker_fetched_bytes_total[{RI}]))", "out"), unit="Bps"),
-        ts("Produce latency (per partition, acks=all)",
-           *quantiles("txbroker_produce_duration_seconds", match='outcome="ok"'), unit="s"),
-        ts("Fetch latency (long-poll wait included)",
-           *quantiles("txbroker_fetch_duration_seconds", match='outcome="ok"'), unit="s"),
-        ts("HTTP requests by status class",
-           t(f"sum by (status) (rate(txbroker_http_requests_total[{RI}]))", "{{status}}"), unit="reqps"),
-        ts("HTTP server error ratio",
-           t(f'(sum(rate(txbroker_http_requests_total{{status="5xx"}}[{RI}])) or vector(0)) '
-             f"/ sum(rate(txbroker_http_requests_total[{RI}]))", "5xx / all"), unit="percentunit"),
-        ts("Leadership changes", t(f"sum by (topic) (increase(txbroker_raft_leader_changes_total[{RI}]))",
-                                   "{{topic}}"), description="Partition leader elections seen, per topic"),
-        ts("Open transactions", t("sum(txbroker_transactions_open)", "open"),
-           t("max(txbroker_transaction_oldest_open_age_seconds)", "oldest age (s)")),
-    ]
+    return (
+        "txbroker-overview",
+        "txbroker / Cluster overview",
+        [INSTANCE],
+        [
+            stat("Nodes scraped", 'sum(up{job="txbroker"})', description="Nodes Prometheus reaches"),
+            stat(
+                "Controller leaders",
+                "sum(txbroker_controller_is_leader)",
+                must_equal=1,
+                description="Exactly one node must lead the controller group",
+            ),
+            stat(
+                "Unavailable partitions",
+                "sum(max by (topic) (txbroker_partitions_unavailable))",
+                bad_above=0,
+                description="Partitions without a leader (no quorum)",
+            ),
+            stat(
+                "Under-replicated partitions",
+                "sum(txbroker_partitions_under_replicated)",
+                bad_above=0,
+                description="Partitions whose leader has a follower disconnected or far behind",
+            ),
+            ts(
+                "Records per second",
+                t(f"sum(rate(txbroker_records_produced_total[{RI}]))", "produced"),
+                t(f"sum(rate(txbroker_records_fetched_total[{RI}]))", "fetched"),
+                unit="ops",
+            ),
+            ts(
+                "Bytes per second",
+                t(f"sum(rate(txbroker_produced_bytes_total[{RI}]))", "in"),
+                t(f"sum(rate(txbroker_fetched_bytes_total[{RI}]))", "out"),
+                unit="Bps",
+            ),
+            ts(
+                "Produce latency (per partition, acks=all)",
+                *quantiles("txbroker_produce_duration_seconds", match='outcome="ok"'),
+                unit="s",
+            ),
+            ts(
+                "Fetch latency (long-poll wait included)",
+                *quantiles("txbroker_fetch_duration_seconds", match='outcome="ok"'),
+                unit="s",
+            ),
+            ts(
+                "HTTP requests by status class",
+                t(f"sum by (status) (rate(txbroker_http_requests_total[{RI}]))", "{{status}}"),
+                unit="reqps",
+            ),
+            ts(
+                "HTTP server error ratio",
+                t(
+                    f'(sum(rate(txbroker_http_requests_total{{status="5xx"}}[{RI}])) or vector(0)) '
+                    f"/ sum(rate(txbroker_http_requests_total[{RI}]))",
+                    "5xx / all",
+                ),
+                unit="percentunit",
+            ),
+            ts(
+                "Leadership changes",
+                t(f"sum by (topic) (increase(txbroker_raft_leader_changes_total[{RI}]))", "{{topic}}"),
+                description="Partition leader elections seen, per topic",
+            ),
+            ts(
+                "Open transactions",
+                t("sum(txbroker_transactions_open)", "open"),
+                t("max(txbroker_transaction_oldest_open_age_seconds)", "oldest age (s)"),
+            ),
+        ],
+    )
 
 
 def raft() -> tuple[str, str, list[dict[str, Any]], list[Panel]]:
-    return "txbroker-raft", "txbroker / Raft", [INSTANCE], [
-        ts("Partition leaders per node",
-           t(f'sum by (instance) (txbroker_raft_is_leader{{topic!="__controller", {NODE}}})', "{{instance}}"),
-           description="Should be even across nodes (leaders move back to the preferred replica)"),
-        ts("Controller leader", t(f"txbroker_controller_is_leader{{{NODE}}}", "{{instance}}")),
-        ts("Raft commit latency", *quantiles("txbroker_raft_commit_duration_seconds", qs=(0.5, 0.99, 0.999)),
-           unit="s", description="Propose to local apply, as the produce path waits for it"),
-        ts("Follower lag (max per partition)",
-           t("max by (topic, partition) (txbroker_raft_follower_lag_entries)", "{{topic}}-{{partition}}"),
-           description="Raft entries the slowest follower is behind, reported by the leader"),
-        ts("Commit index growth",
-           t(f'sum by (topic) (max by (topic, partition) (deriv(txbroker_raft_commit_index[{RI}])))', "{{topic}}"),
-           unit="ops", description="Committed Raft entries per second"),
-        ts("Raft term", t("max by (topic, partition) (txbroker_raft_term)", "{{topic}}-{{partition}}"),
-           description="A climbing term means repeated elections"),
-        ts("Leadership changes per topic",
-           t(f"sum by (topic) (increase(txbroker_raft_leader_changes_total[{RI}]))", "{{topic}}")),
-        ts("Under-replicated partitions per topic",
-           t("sum by (topic) (txbroker_partitions_under_replicated)", "{{topic}}")),
-    ]
+    return (
+        "txbroker-raft",
+        "txbroker / Raft",
+        [INSTANCE],
+        [
+            ts(
+                "Partition leaders per node",
+                t(f'sum by (instance) (txbroker_raft_is_leader{{topic!="__controller", {NODE}}})', "{{instance}}"),
+                description="Should be even across nodes (leaders move back to the preferred replica)",
+            ),
+            ts("Controller leader", t(f"txbroker_controller_is_leader{{{NODE}}}", "{{instance}}")),
+            ts(
+                "Raft commit latency",
+                *quantiles("txbroker_raft_commit_duration_seconds", qs=(0.5, 0.99, 0.999)),
+                unit="s",
+                description="Propose to local apply, as the produce path waits for it",
+            ),
+            ts(
+                "Follower lag (max per partition)",
+                t("max by (topic, partition) (txbroker_raft_follower_lag_entries)", "{{topic}}-{{partition}}"),
+                description="Raft entries the slowest follower is behind, reported by the leader",
+            ),
+            ts(
+                "Commit index growth",
+                t(f"sum by (topic) (max by (topic, partition) (deriv(txbroker_raft_commit_index[{RI}])))", "{{topic}}"),
+                unit="ops",
+                description="Committed Raft entries per second",
+            ),
+            ts(
+                "Raft term",
+                t("max by (topic, partition) (txbroker_raft_term)", "{{topic}}-{{partition}}"),
+                description="A climbing term means repeated elections",
+            ),
+            ts(
+                "Leadership changes per topic",
+                t(f"sum by (topic) (increase(txbroker_raft_leader_changes_total[{RI}]))", "{{topic}}"),
+            ),
+            ts(
+                "Under-replicated partitions per topic",
+                t("sum by (topic) (txbroker_partitions_under_replicated)", "{{topic}}"),
+            ),
+        ],
+    )
 
 
 def topics() -> tuple[str, str, list[dict[str, Any]], list[Panel]]:
     tp = 'topic=~"$topic"'
     grp = 'group=~"$group", topic=~"$topic"'
-    return "txbroker-topics", "txbroker / Topics & consumers", [TOPIC, GROUP], [
-        ts("Records produced per topic",
-           t(f"sum by (topic) (rate(txbroker_records_produced_total{{{tp}}}[{RI}]))", "{{topic}}"), unit="ops"),
-        ts("Records fetched per topic",
-           t(f"sum by (topic) (rate(txbroker_records_fetched_total{{{tp}}}[{RI}]))", "{{topic}}"), unit="ops"),
-        ts("Bytes in per topic",
-           t(f"sum by (topic) (rate(txbroker_produced_bytes_total{{{tp}}}[{RI}]))", "{{topic}}"), unit="Bps"),
-        ts("Bytes out per topic",
-           t(f"sum by (topic) (rate(txbroker_fetched_bytes_total{{{tp}}}[{RI}]))", "{{topic}}"), unit="Bps"),
-        ts("High watermark per partition",
-           t(f"max by (topic, partition) (txbroker_partition_high_watermark{{{tp}}})", "{{topic}}-{{partition}}")),
-        ts("Log size per topic (one replica)",
-           t(f"sum by (topic) (max by (topic, partition) (txbroker_partition_log_size_bytes{{{tp}}}))", "{{topic}}"),
-           unit="bytes"),
-        ts("Idempotent producer: duplicates and out-of-order",
-           t(f"sum by (topic) (rate(txbroker_duplicate_batches_total{{{tp}}}[{RI}]))", "duplicates {{topic}}"),
-           t(f"sum by (topic) (rate(txbroker_out_of_order_rejections_total{{{tp}}}[{RI}]))",
-             "out of order {{topic}}"), unit="ops"),
-        ts("Produce errors by error code",
-           t(f"sum by (error_code) (rate(txbroker_produce_errors_total[{RI}]))", "{{error_code}}"), unit="ops"),
-        ts("Consumer lag per group and topic",
-           t(f"max by (group, topic) (txbroker_consumer_group_lag_records{{{grp}}})", "{{group}} {{topic}}"),
-           description="High watermark minus committed offset, summed over the topic's partitions"),
-        ts("Consumer lag per partition (from offsets)",
-           t(f"max by (topic, partition) (txbroker_partition_high_watermark{{{tp}}}) - on (topic, partition) "
-             f"group_right max by (group, topic, partition) (txbroker_consumer_group_committed_offset{{{grp}}})",
-             "{{group}} {{topic}}-{{partition}}")),
-        ts("Group members", t('max by (group) (txbroker_consumer_group_members{group=~"$group"})', "{{group}}")),
-        ts("Group rebalances",
-           t(f'sum by (group) (increase(txbroker_consumer_group_rebalances_total{{group=~"$group"}}[{RI}]))',
-             "{{group}}")),
-        table("Committed offsets",
-              f"max by (group, topic, partition) (txbroker_consumer_group_committed_offset{{{grp}}})"),
-    ]
+    return (
+        "txbroker-topics",
+        "txbroker / Topics & consumers",
+        [TOPIC, GROUP],
+        [
+            ts(
+                "Records produced per topic",
+                t(f"sum by (topic) (rate(txbroker_records_produced_total{{{tp}}}[{RI}]))", "{{topic}}"),
+                unit="ops",
+            ),
+            ts(
+                "Records fetched per topic",
+                t(f"sum by (topic) (rate(txbroker_records_fetched_total{{{tp}}}[{RI}]))", "{{topic}}"),
+                unit="ops",
+            ),
+            ts(
+                "Bytes in per topic",
+                t(f"sum by (topic) (rate(txbroker_produced_bytes_total{{{tp}}}[{RI}]))", "{{topic}}"),
+                unit="Bps",
+            ),
+            ts(
+                "Bytes out per topic",
+                t(f"sum by (topic) (rate(txbroker_fetched_bytes_total{{{tp}}}[{RI}]))", "{{topic}}"),
+                unit="Bps",
+            ),
+            ts(
+                "High watermark per partition",
+                t(f"max by (topic, partition) (txbroker_partition_high_watermark{{{tp}}})", "{{topic}}-{{partition}}"),
+            ),
+            ts(
+                "Log size per topic (one replica)",
+                t(
+                    f"sum by (topic) (max by (topic, partition) (txbroker_partition_log_size_bytes{{{tp}}}))",
+                    "{{topic}}",
+                ),
+                unit="bytes",
+            ),
+            ts(
+                "Idempotent producer: duplicates and out-of-order",
+                t(f"sum by (topic) (rate(txbroker_duplicate_batches_total{{{tp}}}[{RI}]))", "duplicates {{topic}}"),
+                t(
+                    f"sum by (topic) (rate(txbroker_out_of_order_rejections_total{{{tp}}}[{RI}]))",
+                    "out of order {{topic}}",
+                ),
+                unit="ops",
+            ),
+            ts(
+                "Produce errors by error code",
+                t(f"sum by (error_code) (rate(txbroker_produce_errors_total[{RI}]))", "{{error_code}}"),
+                unit="ops",
+            ),
+            ts(
+                "Consumer lag per group and topic",
+                t(f"max by (group, topic) (txbroker_consumer_group_lag_records{{{grp}}})", "{{group}} {{topic}}"),
+                description="High watermark minus committed offset, summed over the topic's partitions",
+            ),
+            ts(
+                "Consumer lag per partition (from offsets)",
+                t(
+                    f"max by (topic, partition) (txbroker_partition_high_watermark{{{tp}}}) - on (topic, partition) "
+                    f"group_right max by (group, topic, partition) (txbroker_consumer_group_committed_offset{{{grp}}})",
+                    "{{group}} {{topic}}-{{partition}}",
+                ),
+            ),
+            ts("Group members", t('max by (group) (txbroker_consumer_group_members{group=~"$group"})', "{{group}}")),
+            ts(
+                "Group rebalances",
+                t(
+                    f'sum by (group) (increase(txbroker_consumer_group_rebalances_total{{group=~"$group"}}[{RI}]))',
+                    "{{group}}",
+                ),
+            ),
+            table(
+                "Committed offsets",
+                f"max by (group, topic, partition) (txbroker_consumer_group_committed_offset{{{grp}}})",
+            ),
+        ],
+    )
 
 
 def transactions() -> tuple[str, str, list[dict[str, Any]], list[Panel]]:
-    return "txbroker-transactions", "txbroker / Transactions", [INSTANCE], [
-        stat("Open transactions", "sum(txbroker_transactions_open)"),
-        stat("Oldest open transaction", "max(txbroker_transaction_oldest_open_age_seconds)", unit="s"),
-        stat("Unstable records", "sum(max by (topic, partition) (txbroker_partition_unstable_records))",
-             description="Records above the last stable offset: invisible to read_committed consumers"),
-        stat("Transaction coordinators loaded", 'sum(txbroker_coordinator_partitions{kind="transaction"})'),
-        ts("Transactions started and completed",
-           t(f"sum(rate(txbroker_transactions_started_total[{RI}]))", "started"),
-           t(f"sum by (outcome) (rate(txbroker_transactions_completed_total[{RI}]))", "{{outcome}}"), unit="ops"),
-        ts("Transaction duration", *quantiles("txbroker_transaction_duration_seconds", by="outcome"), unit="s"),
-        ts("Oldest open transaction vs hanging threshold",
-           t(f"max by (instance) (txbroker_transaction_oldest_open_age_seconds{{{NODE}}})", "{{instance}}"),
-           t("max(txbroker_transaction_max_timeout_seconds) + 300", "alert threshold"), unit="s"),
-        ts("Open transactions per coordinator",
-           t(f"txbroker_transactions_open{{{NODE}}}", "{{instance}}")),
-        ts("Markers written",
-           t(f"sum by (topic, marker) (rate(txbroker_transaction_markers_written_total[{RI}]))",
-             "{{marker}} {{topic}}"), unit="ops"),
-        ts("Unstable records per topic",
-           t("sum by (topic) (max by (topic, partition) (txbroker_partition_unstable_records))", "{{topic}}")),
-        ts("Coordinator partitions per node",
-           t(f"sum by (instance, kind) (txbroker_coordinator_partitions{{{NODE}}})", "{{kind}} {{instance}}"),
-           description="Jumps show coordinators moving between nodes"),
-        ts("Coordinator loads", t(f"sum by (kind) (increase(txbroker_coordinator_loads_total[{RI}]))", "{{kind}}"),
-           *quantiles("txbroker_coordinator_load_duration_seconds", by="kind", qs=(0.99,))),
-        ts("Producer ids allocated",
-           t(f"sum by (instance) (rate(txbroker_producer_ids_allocated_total[{RI}]))", "{{instance}}"), unit="ops"),
-    ]
+    return (
+        "txbroker-transactions",
+        "txbroker / Transactions",
+        [INSTANCE],
+        [
+            stat("Open transactions", "sum(txbroker_transactions_open)"),
+            stat("Oldest open transaction", "max(txbroker_transaction_oldest_open_age_seconds)", unit="s"),
+            stat(
+                "Unstable records",
+                "sum(max by (topic, partition) (txbroker_partition_unstable_records))",
+                description="Records above the last stable offset: invisible to read_committed consumers",
+            ),
+            stat("Transaction coordinators loaded", 'sum(txbroker_coordinator_partitions{kind="transaction"})'),
+            ts(
+                "Transactions started and completed",
+                t(f"sum(rate(txbroker_transactions_started_total[{RI}]))", "started"),
+                t(f"sum by (outcome) (rate(txbroker_transactions_completed_total[{RI}]))", "{{outcome}}"),
+                unit="ops",
+            ),
+            ts("Transaction duration", *quantiles("txbroker_transaction_duration_seconds", by="outcome"), unit="s"),
+            ts(
+                "Oldest open transaction vs hanging threshold",
+                t(f"max by (instance) (txbroker_transaction_oldest_open_age_seconds{{{NODE}}})", "{{instance}}"),
+                t("max(txbroker_transaction_max_timeout_seconds) + 300", "alert threshold"),
+                unit="s",
+            ),
+            ts("Open transactions per coordinator", t(f"txbroker_transactions_open{{{NODE}}}", "{{instance}}")),
+            ts(
+                "Markers written",
+                t(
+                    f"sum by (topic, marker) (rate(txbroker_transaction_markers_written_total[{RI}]))",
+                    "{{marker}} {{topic}}",
+                ),
+                unit="ops",
+            ),
+            ts(
+                "Unstable records per topic",
+                t("sum by (topic) (max by (topic, partition) (txbroker_partition_unstable_records))", "{{topic}}"),
+            ),
+            ts(
+                "Coordinator partitions per node",
+                t(f"sum by (instance, kind) (txbroker_coordinator_partitions{{{NODE}}})", "{{kind}} {{instance}}"),
+                description="Jumps show coordinators moving between nodes",
+            ),
+            ts(
+                "Coordinator loads",
+                t(f"sum by (kind) (increase(txbroker_coordinator_loads_total[{RI}]))", "{{kind}}"),
+                *quantiles("txbroker_coordinator_load_duration_seconds", by="kind", qs=(0.99,)),
+            ),
+            ts(
+                "Producer ids allocated",
+                t(f"sum by (instance) (rate(txbroker_producer_ids_allocated_total[{RI}]))", "{{instance}}"),
+                unit="ops",
+            ),
+        ],
+    )
 
 
 def node() -> tuple[str, str, list[dict[str, Any]], list[Panel]]:
-    return "txbroker-node", "txbroker / Node & process", [INSTANCE], [
-        ts("Resident memory", t(f"process_resident_memory_bytes{{{NODE}}}", "{{instance}}"), unit="bytes"),
-        ts("CPU", t(f"rate(process_cpu_seconds_total{{{NODE}}}[{RI}])", "{{instance}}"), unit="percentunit",
-           description="1.0 = one core busy"),
-        ts("Event-loop lag", *quantiles("txbroker_event_loop_lag_seconds", by="instance",
-                                        match=NODE, qs=(0.99,)), unit="s",
-           description="How late the asyncio loop wakes up: blocking work on the loop thread"),
-        ts("Threads and open files", t(f"txbroker_python_threads{{{NODE}}}", "threads {{instance}}"),
-           t(f"process_open_fds{{{NODE}}}", "fds {{instance}}")),
-        ts("HTTP requests by route",
-           t(f"sum by (route) (rate(txbroker_http_requests_total{{{NODE}}}[{RI}]))", "{{route}}"), unit="reqps"),
-        ts("HTTP latency p99 by route",
-           *quantiles("txbroker_http_request_duration_seconds", by="route", match=NODE, qs=(0.99,)), unit="s"),
-        ts("Replicas per node by role", t(f"txbroker_partitions{{{NODE}}}", "{{role}} {{instance}}")),
-        ts("Python GC collections",
-           t(f"sum by (instance, generation) (rate(python_gc_collections_total{{{NODE}}}[{RI}]))",
-             "gen {{generation}} {{instance}}"), unit="ops"),
-        ts("Uptime", t(f"time() - process_start_time_seconds{{{NODE}}}", "{{instance}}"), unit="s"),
-        ts("Peers seen as up", t(f'txbroker_cluster_nodes{{state="up", {NODE}}}', "{{instance}}")),
-        table("Build", f"txbroker_build_info{{{NODE}}}"),
-    ]
+    return (
+        "txbroker-node",
+        "txbroker / Node & process",
+        [INSTANCE],
+        [
+            ts("Resident memory", t(f"process_resident_memory_bytes{{{NODE}}}", "{{instance}}"), unit="bytes"),
+            ts(
+                "CPU",
+                t(f"rate(process_cpu_seconds_total{{{NODE}}}[{RI}])", "{{instance}}"),
+                unit="percentunit",
+                description="1.0 = one core busy",
+            ),
+            ts(
+                "Event-loop lag",
+                *quantiles("txbroker_event_loop_lag_seconds", by="instance", match=NODE, qs=(0.99,)),
+                unit="s",
+                description="How late the asyncio loop wakes up: blocking work on the loop thread",
+            ),
+            ts(
+                "Threads and open files",
+                t(f"txbroker_python_threads{{{NODE}}}", "threads {{instance}}"),
+                t(f"process_open_fds{{{NODE}}}", "fds {{instance}}"),
+            ),
+            ts(
+                "HTTP requests by route",
+                t(f"sum by (route) (rate(txbroker_http_requests_total{{{NODE}}}[{RI}]))", "{{route}}"),
+                unit="reqps",
+            ),
+            ts(
+                "HTTP latency p99 by route",
+                *quantiles("txbroker_http_request_duration_seconds", by="route", match=NODE, qs=(0.99,)),
+                unit="s",
+            ),
+            ts("Replicas per node by role", t(f"txbroker_partitions{{{NODE}}}", "{{role}} {{instance}}")),
+            ts(
+                "Python GC collections",
+                t(
+                    f"sum by (instance, generation) (rate(python_gc_collections_total{{{NODE}}}[{RI}]))",
+                    "gen {{generation}} {{instance}}",
+                ),
+                unit="ops",
+            ),
+            ts("Uptime", t(f"time() - process_start_time_seconds{{{NODE}}}", "{{instance}}"), unit="s"),
+            ts("Peers seen as up", t(f'txbroker_cluster_nodes{{state="up", {NODE}}}', "{{instance}}")),
+            table("Build", f"txbroker_build_info{{{NODE}}}"),
+        ],
+    )
 
 
 DASHBOARDS = {"overview": overview, "raft": raft, "topics": topics, "transactions": transactions, "node": node}
@@ -278,8 +445,10 @@ def panel_json(p: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
             "instant": tg.instant,
             **({"format": "table"} if p.kind == "table" else {}),
         })  # fmt: skip
-    options: dict[str, Any] = {"tooltip": {"mode": "multi", "sort": "desc"}, "legend": {"displayMode": "list",
-                                                                                          "placement": "bottom"}}
+    options: dict[str, Any] = {
+        "tooltip": {"mode": "multi", "sort": "desc"},
+        "legend": {"displayMode": "list", "placement": "bottom"},
+    }
     if p.kind == "stat":
         options = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
                    "colorMode": "background", "graphMode": "none", "textMode": "value"}  # fmt: skip

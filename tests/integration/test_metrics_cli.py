@@ -64,7 +64,5 @@ def test_health_and_status_follow_a_node_failure(make_cluster: Callable[..., Loc
     waited = txbroker("cluster", "health", "--watch", "--exit-when-healthy", "--interval", "0.5", "--timeout", "60",
                       *boot)  # fmt: skip
     assert waited.returncode == 0, waited.stdout + waited.stderr
-    final = dict(
-        ln.rsplit(":", 1) for ln in waited.stdout.rsplit("=======================", 1)[1].strip().splitlines()
-    )
+    final = dict(ln.rsplit(":", 1) for ln in waited.stdout.rsplit("=======================", 1)[1].strip().splitlines())
     assert final["Healthy"].strip() == "true" and final["Nodes down"].strip() == "[]", waited.stdout

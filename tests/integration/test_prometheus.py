@@ -242,4 +242,3 @@ def test_real_prometheus_scrapes_cluster_dashboards_and_alerts(
             png = out / name.replace(".json", ".png")
             with_data = render_dashboard(prom, d, t_start, time.time(), png, RATE_INTERVAL)
             assert png.stat().st_size > 10_000 and with_data > 0, name
-

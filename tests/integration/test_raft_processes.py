@@ -54,9 +54,7 @@ def test_sigkill_leader_process_fails_over_and_restart_catches_up(tmp_path: path
         leaders = _ready_leaders(procs)
         for g in groups:
             for n in range(1, 6):
-                reply = procs[leaders[g]].request(
-                    {"op": "submit", "group": g, "command": "add:k:1", "timeout": 5}
-                )
+                reply = procs[leaders[g]].request({"op": "submit", "group": g, "command": "add:k:1", "timeout": 5})
                 assert reply == {"ok": n}, (g, reply)
         # Kill -9 the process leading the most groups.
         victim = Counter(leaders.values()).most_common(1)[0][0]
@@ -71,9 +69,7 @@ def test_sigkill_leader_process_fails_over_and_restart_catches_up(tmp_path: path
             for i in procs:
                 values = procs[i].request({"op": "sm", "group": g, "attr": "values"})["ok"]
                 assert values.get("k", 0) in (4, 5)  # a follower may lag by the last entry
-            reply = procs[leaders[g]].request(
-                {"op": "submit", "group": g, "command": "add:k:1", "timeout": 5}
-            )
+            reply = procs[leaders[g]].request({"op": "submit", "group": g, "command": "add:k:1", "timeout": 5})
             assert reply == {"ok": 6}, (g, reply)
         # Restart the killed node from its data dir: it catches up in every group.
         procs[victim] = _start(victim, addrs, tmp_path)

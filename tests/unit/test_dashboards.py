@@ -148,7 +148,7 @@ def test_the_name_check_catches_an_unknown_metric() -> None:
         ("deriv(max by (g) (lag)[10m:1m]) > 0 and max by (g) (lag) > 0", {"lag"}),
         ("a > b + 300", {"a", "b"}),
         ("label_values(txbroker_build_info, instance)", {"txbroker_build_info"}),
-        ("sum(up{job=\"txbroker\"}) / 1e3", {"up"}),
+        ('sum(up{job="txbroker"}) / 1e3', {"up"}),
     ],
 )
 def test_metric_name_extraction(expr: str, names: set[str]) -> None:

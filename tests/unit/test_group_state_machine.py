@@ -207,16 +207,38 @@ MEMBER = MemberMetadata("m-1", ("a", "b"), "roundrobin", 6000, 30000, (TopicPart
 @pytest.mark.parametrize(
     "cmd",
     [
-        CommitOffsets(group_id="g", offsets=(OffsetCommit("t", 1, 2, "meta"),), generation_id=3, member_id="m",
-                      now_ms=5, coordinator_epoch=6),
-        TxnCommitOffsets(group_id="g", transactional_id="tx", producer_id=1, producer_epoch=2,
-                         offsets=(OffsetCommit("t", 1, 2),), now_ms=5, coordinator_epoch=6),
-        WriteTxnMarker(producer_id=1, producer_epoch=2, txn_coordinator_epoch=3, commit=True, now_ms=5,
-                       coordinator_epoch=6),
-        StoreGroup(group_id="g", protocol="roundrobin", leader_id="m-1", members=(MEMBER,),
-                   topic_partitions=(("a", 1), ("b", 0)), now_ms=5, coordinator_epoch=6),
-        StoreGroup(group_id="g", protocol=None, leader_id=None, members=(), topic_partitions=(), now_ms=5,
-                   coordinator_epoch=6),
+        CommitOffsets(
+            group_id="g",
+            offsets=(OffsetCommit("t", 1, 2, "meta"),),
+            generation_id=3,
+            member_id="m",
+            now_ms=5,
+            coordinator_epoch=6,
+        ),
+        TxnCommitOffsets(
+            group_id="g",
+            transactional_id="tx",
+            producer_id=1,
+            producer_epoch=2,
+            offsets=(OffsetCommit("t", 1, 2),),
+            now_ms=5,
+            coordinator_epoch=6,
+        ),
+        WriteTxnMarker(
+            producer_id=1, producer_epoch=2, txn_coordinator_epoch=3, commit=True, now_ms=5, coordinator_epoch=6
+        ),
+        StoreGroup(
+            group_id="g",
+            protocol="roundrobin",
+            leader_id="m-1",
+            members=(MEMBER,),
+            topic_partitions=(("a", 1), ("b", 0)),
+            now_ms=5,
+            coordinator_epoch=6,
+        ),
+        StoreGroup(
+            group_id="g", protocol=None, leader_id=None, members=(), topic_partitions=(), now_ms=5, coordinator_epoch=6
+        ),
         ExpireProducers(now_ms=5, coordinator_epoch=6, expiration_ms=7),
     ],
     ids=lambda c: type(c).__name__,

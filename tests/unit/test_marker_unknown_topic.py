@@ -32,9 +32,7 @@ def _run(errors: list[ErrorCode], grace_s: float, *, leading: bool = True) -> tu
         return True
 
     async def main() -> bool | None:
-        return await TransactionService._marker_until_applied(
-            send, True, PLAN, TP, lambda: leading, "marker", grace_s
-        )
+        return await TransactionService._marker_until_applied(send, True, PLAN, TP, lambda: leading, "marker", grace_s)
 
     started = time.monotonic()
     answer = asyncio.run(main())

@@ -439,9 +439,7 @@ def test_random_calls_follow_the_model(data):
         assert expected is not None, (op, model, txn.state)
         model = expected
         assert txn.state is model, (op, txn.state, model)
-        assert txn.idem.sending_allowed == (
-            model in (S.IN_TRANSACTION, S.COMMITTING, S.PIPELINED_COMMIT, S.PREPARING)
-        )
+        assert txn.idem.sending_allowed == (model in (S.IN_TRANSACTION, S.COMMITTING, S.PIPELINED_COMMIT, S.PREPARING))
         assert txn.open == (model in (S.IN_TRANSACTION, S.PIPELINED_COMMIT))
 
 
