@@ -45,8 +45,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from clients.aio import AsyncConsumer, AsyncProducer
-from clients.aio._group import ConsumerRebalanceListener
+from clients.aio import AsyncConsumer, AsyncProducer, ConsumerRebalanceListener
 from clients.protocol import BrokerError, ErrorCode
 from clients.records import ConsumerRecord, OffsetAndMetadata, TopicPartition
 

@@ -1,4 +1,4 @@
-"""Group coordinators: the ``__consumer_offsets-p`` groups at work (issue 5; DESIGN.md "Raft groups").
+"""Group coordinators: the ``__consumer_offsets-p`` groups at work (DESIGN.md "Raft groups").
 
 The coordinator of consumer group G is the ready leader of partition
 ``coordinator_partition(G, M)`` (Kafka's hash; M = ``offsets_topic_partitions``,
@@ -20,7 +20,8 @@ Transactions (KIP-98/447/890): AddOffsetsToTxn adds ``__consumer_offsets-p``
 to the producer's transaction; a TxnOffsetCommit is checked against the live
 membership, verified with the transaction coordinator (which adds the
 partition if needed) and replicated as pending; the transaction's COMMIT/ABORT
-marker reaches the partition through ``Broker.write_txn_marker``, routed here.
+marker reaches the partition through ``write_txn_marker`` (the node's marker writer routes offsets
+partitions here).
 
 Everything runs on the asyncio loop; the state machines' Raft threads only
 write RocksDB and publish immutable values.
@@ -34,7 +35,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from clients.protocol import BrokerError, ControlType, ErrorCode
 from coordinator.group_commands import (
@@ -55,14 +56,15 @@ from coordinator.group_state_machine import GroupStateMachine
 from coordinator.group_states import GroupState
 from coordinator.metadata import TopicPartition
 from coordinator.placement import coordinator_partition
-from raft import NotLeaderError, QueueFullError, RaftCommandFailed, RaftTimeoutError
+from raft import NotLeaderError, QueueFullError, RaftCommandFailed, RaftNode, RaftTimeoutError
 from storage.commands import TxnMarkerResult
+from storage.store import NodeStore
 
+from .config import NodeConfig
 from .internal_groups import InternalGroups, InternalPartition
-from .metrics import CoordinatorKind, GroupCoordinatorSample, GroupSample
-
-if TYPE_CHECKING:
-    from .broker import Broker
+from .metrics import CoordinatorKind, GroupCoordinatorSample, GroupSample, NodeMetrics
+from .peers import PeerView
+from .seams import Clock, NodeDirectory, PeerClient, TopicDirectory, TransactionPartitions
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +76,6 @@ DEAD = "Dead"
 _MAX_TIMER_WAIT_S = 1.0  # subscribed-topic changes are noticed within this
 _PRODUCER_SCAN_S = 60.0
 _JOIN_GRACE_S = 5.0
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def offsets_storage_prefix(partition: int) -> bytes:
@@ -101,12 +99,33 @@ def answer_json(a: JoinAnswer) -> dict[str, Any]:
 
 
 class GroupService:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        cfg = broker.config
-        self.count = cfg.offsets_topic_partitions
+    """Kafka's ``GroupCoordinator`` for the groups whose ``__consumer_offsets`` partitions this node leads."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        store: NodeStore,
+        raft: RaftNode,
+        peer_view: PeerView,
+        *,
+        clock: Clock,
+        nodes: NodeDirectory,
+        peers: PeerClient,
+        topics: TopicDirectory,
+        txn: TransactionPartitions,
+        metrics: NodeMetrics,
+    ) -> None:
+        self.config = config
+        self._store = store
+        self._clock = clock
+        self._nodes = nodes
+        self._peers = peers
+        self._topics = topics
+        self._txn = txn
+        self._metrics = metrics
+        self.count = config.offsets_topic_partitions
         self.groups: InternalGroups[GroupStateMachine] = InternalGroups(
-            OFFSETS_TOPIC, self.count, cfg, broker.raft, broker.peers, self._make_sm,
+            OFFSETS_TOPIC, self.count, config, raft, peer_view, self._make_sm,
             on_leader_change=self._on_leader_change,
         )  # fmt: skip
         # partition -> group -> live membership, for the partitions this node leads (loaded in that term)
@@ -121,12 +140,12 @@ class GroupService:
     # ---- lifecycle ------------------------------------------------------------------------
 
     def _make_sm(self, partition: int) -> GroupStateMachine:
-        return GroupStateMachine(self.broker.store, offsets_storage_prefix(partition), partition)
+        return GroupStateMachine(self._store, offsets_storage_prefix(partition), partition)
 
     def start(self) -> None:
         self.groups.start()
-        self.broker.metrics.set_group_source(self.sample)
-        loop = self.broker.loop
+        self._metrics.set_group_source(self.sample)
+        loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._run_timers()), loop.create_task(self._expire_producers())]
 
     async def close(self) -> None:
@@ -157,8 +176,8 @@ class GroupService:
             return
         self._drop(part.partition, self._not_coordinator(part.partition))
         started = time.monotonic()
-        now = now_ms()
-        delay = self.broker.config.group_initial_rebalance_delay_ms
+        now = self._clock.now_ms()
+        delay = self.config.group_initial_rebalance_delay_ms
         live = {
             g.group_id: GroupMembership.from_metadata(g, now, initial_rebalance_delay_ms=delay)
             for g in part.sm.groups()
@@ -166,7 +185,7 @@ class GroupService:
         }
         self._live[part.partition] = live
         self._loaded_term[part.partition] = term
-        self.broker.metrics.coordinator_loaded(CoordinatorKind.GROUP, time.monotonic() - started)
+        self._metrics.coordinator_loaded(CoordinatorKind.GROUP, time.monotonic() - started)
         log.info("%s: group coordinator for term %d; %d group(s) with members", part.group_id, term, len(live))
         self._wake.set()
 
@@ -186,7 +205,7 @@ class GroupService:
         node = self.groups.leader_id(p)
         if node is None:
             raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC}-{p} has no leader")
-        return {"node_id": node, "url": self.broker.node_url(node), "partition": p}
+        return {"node_id": node, "url": self._nodes.node_url(node), "partition": p}
 
     def leading(self, group_id: str) -> GroupPartition:
         part = self.groups.leading(self.partition_for(group_id))
@@ -204,9 +223,9 @@ class GroupService:
         """Propose ``build(now_ms, coordinator_epoch)``; a ``BrokerError`` result is raised."""
         if not part.group.is_leader():
             raise self._not_coordinator(part.partition)
-        command = encode_group_command(build(now_ms(), part.group.term()))
+        command = encode_group_command(build(self._clock.now_ms(), part.group.term()))
         try:
-            result = await part.group.submit(command, timeout=self.broker.config.request_timeout_ms / 1000)
+            result = await part.group.submit(command, timeout=self.config.request_timeout_ms / 1000)
         except (NotLeaderError, RaftCommandFailed) as exc:
             raise self._not_coordinator(part.partition) from exc
         except RaftTimeoutError as exc:
@@ -227,9 +246,9 @@ class GroupService:
         m = live.get(group_id)
         if m is None:
             meta = part.sm.group(group_id)
-            delay = self.broker.config.group_initial_rebalance_delay_ms
+            delay = self.config.group_initial_rebalance_delay_ms
             if meta is not None:
-                m = GroupMembership.from_metadata(meta, now_ms(), initial_rebalance_delay_ms=delay)
+                m = GroupMembership.from_metadata(meta, self._clock.now_ms(), initial_rebalance_delay_ms=delay)
             elif member_id:
                 raise BrokerError(ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} is not a member of {group_id!r}")
             else:
@@ -238,7 +257,7 @@ class GroupService:
         return m
 
     def _partition_counts(self) -> dict[str, int]:
-        return {name: len(meta.partitions) for name, meta in self.broker.view.topics.items()}
+        return self._topics.partition_counts()
 
     # ---- membership ----------------------------------------------------------------------------
 
@@ -252,7 +271,7 @@ class GroupService:
         rebalance_timeout_ms: int,
     ) -> JoinAnswer:
         """JoinGroup: answers when the member's rebalance completes (or at once for a retried join)."""
-        cfg = self.broker.config
+        cfg = self.config
         if not cfg.group_min_session_timeout_ms <= session_timeout_ms <= cfg.group_max_session_timeout_ms:
             raise BrokerError(
                 ErrorCode.INVALID_SESSION_TIMEOUT,
@@ -264,7 +283,7 @@ class GroupService:
         mid = member_id or str(uuid.uuid4())
         outcome = m.join(
             mid, new=not member_id, topics=topics, protocol=protocol, session_timeout_ms=session_timeout_ms,
-            rebalance_timeout_ms=rebalance_timeout_ms, now_ms=now_ms(),
+            rebalance_timeout_ms=rebalance_timeout_ms, now_ms=self._clock.now_ms(),
         )  # fmt: skip
         if isinstance(outcome, BrokerError):
             raise outcome
@@ -274,7 +293,7 @@ class GroupService:
         old = self._waiters.pop(key, None)
         if old is not None and not old.done():
             old.set_exception(BrokerError(ErrorCode.REBALANCE_IN_PROGRESS, "superseded by a newer join"))
-        fut: asyncio.Future[JoinAnswer] = self.broker.loop.create_future()
+        fut: asyncio.Future[JoinAnswer] = asyncio.get_running_loop().create_future()
         self._waiters[key] = fut
         self._wake.set()
         wait_s = (rebalance_timeout_ms + cfg.group_initial_rebalance_delay_ms) / 1000 + _JOIN_GRACE_S
@@ -288,13 +307,13 @@ class GroupService:
 
     def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> None:
         part = self.leading(group_id)
-        err = self._membership(part, group_id, member_id).heartbeat(member_id, generation_id, now_ms())
+        err = self._membership(part, group_id, member_id).heartbeat(member_id, generation_id, self._clock.now_ms())
         if err is not None:
             raise err
 
     def leave(self, group_id: str, member_id: str) -> None:
         part = self.leading(group_id)
-        err = self._membership(part, group_id, member_id).leave(member_id, now_ms())
+        err = self._membership(part, group_id, member_id).leave(member_id, self._clock.now_ms())
         if err is not None:
             raise err
         fut = self._waiters.pop((group_id, member_id), None)
@@ -323,10 +342,10 @@ class GroupService:
         deadlines = [d for groups in self._live.values() for m in groups.values() if (d := m.next_deadline())]
         if not deadlines:
             return _MAX_TIMER_WAIT_S
-        return min(_MAX_TIMER_WAIT_S, max(0.005, (min(deadlines) - now_ms()) / 1000))
+        return min(_MAX_TIMER_WAIT_S, max(0.005, (min(deadlines) - self._clock.now_ms()) / 1000))
 
     def _tick(self) -> None:
-        now = now_ms()
+        now = self._clock.now_ms()
         counts = self._partition_counts()
         for part in list(self.groups.local.values()):
             if not part.group.is_leader():
@@ -342,7 +361,7 @@ class GroupService:
                     plan = m.begin_completion(now, counts)
                     for mid in plan.removed:
                         log.info("group %s: member %s removed (did not rejoin in the rebalance timeout)", group_id, mid)
-                    task = self.broker.loop.create_task(self._complete(part, group_id, m, plan))
+                    task = asyncio.get_running_loop().create_task(self._complete(part, group_id, m, plan))
                     self._completions[group_id] = task
                     task.add_done_callback(self._completion_done(group_id))
                 elif m.state is GroupState.EMPTY and not m.members and m.completing is None:
@@ -368,17 +387,17 @@ class GroupService:
         except BrokerError as exc:
             if self._live.get(part.partition, {}).get(group_id) is m:
                 log.warning("group %s: rebalance not stored (%s); members must rejoin", group_id, exc)
-                m.completion_failed(now_ms())
+                m.completion_failed(self._clock.now_ms())
                 self._fail_waiters(group_id, exc)
             return
         if self._live.get(part.partition, {}).get(group_id) is not m:
             return  # leadership moved meanwhile; the waiters were failed then
         assert isinstance(result, GroupStored), result
-        for answer in m.complete(result.metadata, now_ms()):
+        for answer in m.complete(result.metadata, self._clock.now_ms()):
             fut = self._waiters.get((group_id, answer.member_id))
             if fut is not None and not fut.done():
                 fut.set_result(answer)
-        self.broker.metrics.group_rebalanced(group_id)
+        self._metrics.group_rebalanced(group_id)
         log.info(
             "group %s: generation %d with %d member(s)", group_id, result.metadata.generation_id,
             len(result.metadata.members),
@@ -406,7 +425,7 @@ class GroupService:
                 now_ms=now, coordinator_epoch=cepoch,
             )  # fmt: skip
 
-        self._precheck(part, build(now_ms(), part.group.term()), transactional=False)
+        self._precheck(part, build(self._clock.now_ms(), part.group.term()), transactional=False)
         result = await self._submit(part, build)
         assert isinstance(result, OffsetsCommitted), result
         return result
@@ -432,7 +451,7 @@ class GroupService:
             )  # fmt: skip
 
         try:
-            self._precheck(part, build(now_ms(), part.group.term()), transactional=True)
+            self._precheck(part, build(self._clock.now_ms(), part.group.term()), transactional=True)
             pending_previous = False
         except BrokerError as exc:
             # The previous transaction's offsets still wait for its marker (EndTxn answers before the markers):
@@ -442,12 +461,12 @@ class GroupService:
             pending_previous = True
         # KIP-890: the offsets partition must be in the producer's ongoing transaction (added if needed),
         # so the transaction's marker is sure to reach these pending offsets.
-        await self.broker.txn.verify_partition(transactional_id, producer_id, producer_epoch, OFFSETS_TOPIC,
+        await self._txn.verify_partition(transactional_id, producer_id, producer_epoch, OFFSETS_TOPIC,
                                                part.partition)  # fmt: skip
         if pending_previous:
             # Verification returned once the previous transaction completed, i.e. after its marker was
             # applied here (this node leads the offsets partition): the rules hold now, or the answer stands.
-            self._precheck(part, build(now_ms(), part.group.term()), transactional=True)
+            self._precheck(part, build(self._clock.now_ms(), part.group.term()), transactional=True)
         result = await self._submit(part, build)
         assert isinstance(result, OffsetsCommitted), result
         return result
@@ -468,7 +487,7 @@ class GroupService:
                                  group_id: str) -> int:  # fmt: skip
         """AddOffsetsToTxn (on the transaction coordinator): the group's offsets partition joins the transaction."""
         p = self.partition_for(group_id)
-        await self.broker.txn.add_partitions(transactional_id, producer_id, producer_epoch,
+        await self._txn.add_partitions(transactional_id, producer_id, producer_epoch,
                                              [TopicPartition(OFFSETS_TOPIC, p)])  # fmt: skip
         return p
 
@@ -485,12 +504,10 @@ class GroupService:
         if local is not None and local.group.is_leader():
             return await self.write_txn_marker_here(partition, producer_id, producer_epoch, coordinator_epoch, control)
         leader = self.groups.leader_id(partition)
-        forward = self.broker._forward
-        if leader is None or leader == self.broker.config.node_id or forward is None:
+        if leader is None or leader == self._nodes.node_id:
             raise self._not_coordinator(partition)
-        body = await forward(
+        body = await self._peers.call(
             leader,
-            "POST",
             "/v1/internal/groups/marker",
             {
                 "partition": partition,
@@ -507,7 +524,7 @@ class GroupService:
     ) -> TxnMarkerResult:
         self._check_partition(partition)
         part = self.groups.leading(partition)
-        stamp = now_ms()
+        stamp = self._clock.now_ms()
         await self._submit(
             part,
             lambda now, cepoch: WriteTxnMarker(
@@ -521,7 +538,7 @@ class GroupService:
         """Forget idle producer fences (no pending offsets) so the state does not grow with every producer."""
         while True:
             await asyncio.sleep(_PRODUCER_SCAN_S)
-            now = now_ms()
+            now = self._clock.now_ms()
             for part in list(self.groups.local.values()):
                 if not part.group.is_leader():
                     continue
@@ -536,11 +553,14 @@ class GroupService:
     # ---- reads --------------------------------------------------------------------------------------
 
     def _high_watermark(self, topic: str, partition: int) -> int | None:
-        meta = self.broker.view.topics.get(topic)
-        if meta is None or not 0 <= partition < len(meta.partitions):
+        try:
+            meta = self._topics.topic(topic)
+        except BrokerError:
             return None
-        hw = self.broker.partition_state(meta, partition).get("high_watermark")
-        return int(hw) if isinstance(hw, int) and hw >= 0 else None
+        if not 0 <= partition < len(meta.partitions):
+            return None
+        hw = self._topics.high_watermark(meta, partition)
+        return hw if hw >= 0 else None
 
     def _summary(self, part: GroupPartition, group_id: str) -> dict[str, Any]:
         m = self._live.get(part.partition, {}).get(group_id)
@@ -553,7 +573,7 @@ class GroupService:
             known = part.sm.committed_offsets(group_id) or part.sm.pending_offsets(group_id)
             d = {"group_id": group_id, "state": GroupState.EMPTY.display_name if known else DEAD,
                  "generation_id": 0, "protocol": None, "leader_id": None, "members": []}  # fmt: skip
-        d["coordinator"] = self.broker.config.node_id
+        d["coordinator"] = self.config.node_id
         d["partition"] = part.partition
         return d
 

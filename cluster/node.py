@@ -1,4 +1,10 @@
-"""Run one node: the broker service plus its HTTP server, until SIGTERM/SIGINT."""
+"""The composition root: one node process builds every collaborator here, and runs until SIGTERM/SIGINT.
+
+``Node`` builds the store, the Raft node, the controller, the local replicas
+and every service, and hands each service only the narrow seams it uses
+(``cluster.seams``): no service holds the node, and nothing imports upward.
+``NodeServer`` adds the HTTP listener (``cluster.http``).
+"""
 
 from __future__ import annotations
 
@@ -8,14 +14,31 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
-from .broker import Broker
-from .config import NodeConfig
-from .http_api import make_app
-from .metrics import NodeMetrics
+from clients.protocol import BrokerError, ControlType, ErrorCode
+from coordinator.group_metadata import OFFSETS_TOPIC
+from raft import RaftError, RaftGroup, RaftNode, RaftSettings
+from storage.commands import RevokeResult, TxnMarkerResult
+from storage.store import NodeStore
+
+from .config import ConfiguredNodes, NodeConfig
+from .controller import ControllerStateMachine
+from .controller_service import ControllerService
+from .group_service import GroupService
+from .http import PeerHttpClient, Services, make_app
+from .metrics import NodeMetrics, NodeSample
+from .partitions import PartitionService
+from .peers import PeerView
+from .producer_ids import ProducerIdManager
+from .replicas import LocalReplica, ReplicaManager
+from .routed_produce import RoutedProducer
+from .seams import SystemClock
+from .topics import group_id_for
+from .txn import TransactionCoordinator, TxnTokens
 
 log = logging.getLogger(__name__)
 
@@ -53,21 +76,254 @@ def setup_logging(fmt: str, level: str, node_id: int) -> None:
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
 
 
+class MarkerRouter:
+    """The node's ``MarkerWriter``: offsets partitions go to the group coordinators, the rest to the partitions."""
+
+    def __init__(self) -> None:
+        self.partitions: PartitionService | None = None
+        self.groups: GroupService | None = None
+
+    def _bound(self) -> tuple[PartitionService, GroupService]:
+        if self.partitions is None or self.groups is None:
+            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the node is starting")
+        return self.partitions, self.groups
+
+    async def write_txn_marker(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+        control: ControlType,
+    ) -> TxnMarkerResult:  # fmt: skip
+        partitions, groups = self._bound()
+        if topic == OFFSETS_TOPIC:
+            return await groups.write_txn_marker(partition, producer_id, producer_epoch, coordinator_epoch, control)
+        return await partitions.write_txn_marker(
+            topic, partition, producer_id, producer_epoch, coordinator_epoch, control
+        )
+
+    async def revoke_txn_marker(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+        control: ControlType,
+    ) -> RevokeResult:  # fmt: skip
+        partitions, _groups = self._bound()
+        if topic == OFFSETS_TOPIC:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "offsets partitions take no carried markers to revoke")
+        return await partitions.revoke_txn_marker(
+            topic, partition, producer_id, producer_epoch, coordinator_epoch, control
+        )
+
+
+class Node:
+    """Every collaborator of one node, built and wired here; started, drained and closed together.
+
+    Must be built on the running asyncio loop (the services schedule their tasks on it).
+    """
+
+    def __init__(self, config: NodeConfig, metrics: NodeMetrics) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.loop = asyncio.get_running_loop()
+        data = config.data_dir
+        data.mkdir(parents=True, exist_ok=True)
+        self.store = NodeStore(data / "db", direct_io=config.store_direct_io)
+        settings = RaftSettings(
+            password=config.cluster_secret,
+            tick_threads=config.raft_tick_threads,
+            heartbeat_s=config.raft_heartbeat_s,
+            election_timeout_min_s=config.raft_election_timeout_min_s,
+            election_timeout_max_s=config.raft_election_timeout_max_s,
+            log_compaction_min_entries=config.raft_log_compaction_min_entries,
+        )
+        raft_dir = data / "raft"
+        self.raft = RaftNode(config.self_address.raft_address, raft_dir, settings, self.loop, bind_host=config.host)
+        clock = SystemClock()
+        self.nodes = ConfiguredNodes(config)
+        self.peer_client = PeerHttpClient(self.nodes, config.cluster_secret)
+        self.peer_view = PeerView(config)
+        self.replicas = ReplicaManager(
+            config, self.store, self.raft, raft_dir, self.loop, on_leader_change=self._on_replica_leader
+        )
+        self.controller = ControllerService(
+            config, ControllerStateMachine(self.store), self.raft, self.replicas, self.peer_view, self.peer_client,
+            self.nodes, clock,
+        )  # fmt: skip
+        self.producer_ids = ProducerIdManager(self.controller.allocate_producer_ids)
+        tokens = TxnTokens(config.cluster_secret)
+        self.markers = MarkerRouter()
+        self.txn = TransactionCoordinator(
+            config, self.store, self.raft, self.peer_view, clock=clock, nodes=self.nodes, peers=self.peer_client,
+            producer_ids=self.producer_ids, markers=self.markers, topics=self.controller, tokens=tokens,
+            metrics=metrics,
+        )  # fmt: skip
+        self.groups = GroupService(
+            config, self.store, self.raft, self.peer_view, clock=clock, nodes=self.nodes, peers=self.peer_client,
+            topics=self.controller, txn=self.txn, metrics=metrics,
+        )  # fmt: skip
+        self.partitions = PartitionService(
+            config, self.replicas, self.controller, self.nodes, self.peer_client, self.txn, tokens, metrics, clock
+        )
+        self.markers.partitions = self.partitions
+        self.markers.groups = self.groups
+        self.routed = RoutedProducer(self.partitions, self.controller, config.request_timeout_ms)
+        self._draining = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def services(self) -> Services:
+        """What the HTTP layer adapts."""
+        return Services(
+            config=self.config, metrics=self.metrics, node=self, controller=self.controller,
+            partitions=self.partitions, routed=self.routed, txn=self.txn, groups=self.groups,
+            producer_ids=self.producer_ids, markers=self.markers, peers=self.peer_client, nodes=self.nodes,
+        )  # fmt: skip
+
+    # ---- lifecycle --------------------------------------------------------
+
+    async def start(self) -> None:
+        marker = self.config.data_dir / "cluster_id"
+        if marker.exists():
+            found = marker.read_text().strip()
+            if found != self.config.cluster_id:
+                raise RuntimeError(
+                    f"data dir {self.config.data_dir} belongs to cluster {found}, not {self.config.cluster_id}"
+                )
+        else:
+            marker.write_text(self.config.cluster_id + "\n")
+        self.peer_client.start()
+        self.raft.start()
+        self.controller.start(on_change=self.replicas.reconcile)
+        self.replicas.reconcile(self.controller.view)
+        self.txn.start()
+        self.groups.start()
+        self.peer_view.start()
+        self._tasks = [
+            self.loop.create_task(self._every(self.config.leader_balance_interval_s, self.partitions.balance_leaders)),
+            self.loop.create_task(
+                self._every(self.config.retention_check_interval_s, self.partitions.enforce_retention)
+            ),
+        ]
+
+    async def drain(self) -> None:
+        """First shutdown phase: readiness goes 503, leadership is handed off where possible."""
+        self._set_draining()
+        await self._hand_off_leadership(timeout=5.0)
+
+    async def close(self) -> None:
+        """Last shutdown phase (after HTTP stopped): close Raft and RocksDB cleanly."""
+        self._set_draining()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.peer_client.close()
+        await self.peer_view.stop()
+        await self.groups.close()
+        await self.txn.close()
+        self.replicas.stop_all()
+        self.raft.stop()
+        self.store.close()
+
+    def _set_draining(self) -> None:
+        self._draining = True
+        self.partitions.draining = True
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def is_ready(self) -> bool:
+        """Serving: not draining, and this node's own controller replica knows a leader."""
+        return not self._draining and self.controller.leader_known()
+
+    def _all_groups(self) -> list[RaftGroup]:
+        groups = [r.group for r in self.replicas.replicas.values()] + self.txn.groups.groups()
+        groups += self.groups.groups.groups()
+        if self.controller.group is not None:
+            groups.append(self.controller.group)
+        return groups
+
+    async def _hand_off_leadership(self, timeout: float) -> None:
+        led = [g for g in self._all_groups() if g.is_leader()]
+        for g in led:
+            target = self._caught_up_follower(g)
+            if target is not None:
+                try:
+                    g.transfer_leadership(target)
+                except RaftError:
+                    log.debug("leadership transfer of %s refused", g.group_id)
+        deadline = self.loop.time() + timeout
+        # Leadership moves in the ticker threads with no loop-side event to await; poll briefly.
+        while any(g.is_leader() for g in led) and self.loop.time() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+
+    @staticmethod
+    def _caught_up_follower(group: RaftGroup) -> str | None:
+        st = group.status()
+        for addr, match in st.match_index.items():
+            if addr in st.connected and match >= st.commit_index:
+                return addr
+        return None
+
+    async def _every(self, interval: float, fn: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await fn()
+            except Exception:
+                log.exception("background task %s failed", getattr(fn, "__name__", fn))
+
+    def _on_replica_leader(self, rep: LocalReplica) -> None:
+        self.metrics.leader_changes.labels(rep.topic.name).inc()
+
+    # ---- what peers and Prometheus read ------------------------------------------
+
+    def internal_state_json(self) -> dict[str, Any]:
+        parts: dict[str, Any] = {}
+        for rep in self.replicas.replicas.values():
+            leader = self.config.node_id if rep.group.is_leader() else rep.leader_id
+            parts[group_id_for(rep.topic.topic_id, rep.partition)] = {
+                "topic": rep.topic.name,
+                "partition": rep.partition,
+                "leader": leader,
+                "term": rep.group.term(),
+                "high_watermark": rep.log.high_watermark,
+                "last_stable_offset": rep.log.last_stable_offset,
+                "log_start_offset": rep.log.log_start_offset,
+            }
+        parts.update(self.txn.groups.state_json())
+        parts.update(self.groups.groups.state_json())
+        return {
+            "node_id": self.config.node_id,
+            "controller_leader": self.controller.leader_id(),
+            "partitions": parts,
+        }
+
+    def metrics_sample(self) -> NodeSample:
+        parts, unavailable = self.partitions.samples()
+        up = sum(1 for n in self.config.nodes if self.peer_view.is_alive(n.id))
+        c = self.controller.group
+        return NodeSample(
+            controller_is_leader=bool(c and c.is_leader()),
+            controller_term=c.term() if c else 0,
+            controller_commit_index=c.commit_index() if c else 0,
+            nodes_up=up,
+            nodes_down=len(self.config.nodes) - up,
+            unavailable_partitions=unavailable,
+            partitions=parts,
+        )
+
+
 class NodeServer:
-    """A broker plus its HTTP listener, started and stopped together."""
+    """A node plus its HTTP listener, started and stopped together."""
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
         self.metrics = NodeMetrics()
-        self.broker: Broker | None = None
+        self.node: Node | None = None
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
-        self.broker = Broker(self.config, self.metrics)
-        await self.broker.start()
-        self.metrics.add_collector(self.broker.metrics_sample)
+        self.node = Node(self.config, self.metrics)
+        await self.node.start()
+        self.metrics.add_collector(self.node.metrics_sample)
         self.metrics.start_loop_monitor()
-        app = make_app(self.broker, self.metrics)
+        app = make_app(self.node.services())
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.http_port, reuse_address=True)
@@ -76,12 +332,12 @@ class NodeServer:
 
     async def stop(self) -> None:
         await self.metrics.stop_loop_monitor()
-        if self.broker is not None:
-            await self.broker.drain()
+        if self.node is not None:
+            await self.node.drain()
         if self._runner is not None:
             await self._runner.cleanup()
-        if self.broker is not None:
-            await self.broker.close()
+        if self.node is not None:
+            await self.node.close()
 
 
 async def run_node(config: NodeConfig) -> int:

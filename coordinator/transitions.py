@@ -73,6 +73,7 @@ __all__ = [
     "TxnResult",
     "add_partitions",
     "bind_prepared",
+    "carries_reservation",
     "check_id",
     "classify",
     "complete_txn",
@@ -83,6 +84,7 @@ __all__ = [
     "pipelined_add_allowed",
     "prepare",
     "resolve_prepared",
+    "waits_for_previous",
 ]
 
 S = TransactionState
@@ -145,6 +147,36 @@ def classify(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -
         return Identity.RETRY
     known = {meta.producer_id, meta.last_producer_id, meta.next_producer_id} - {NO_PRODUCER_ID}
     return Identity.STALE if producer_id in known else Identity.UNKNOWN_PID
+
+
+#: Identities whose request waits for the previous transaction's markers: the client's current and next
+#: identity (the client is ahead of the markers).
+WAITING_IDENTITIES = frozenset({Identity.CURRENT, Identity.NEXT})
+
+
+def waits_for_previous(meta: TransactionMetadata, identity: tuple[int, int] | None, *, retry: bool = False) -> bool:
+    """Whether a request from ``identity`` waits for the id's previous transaction to complete.
+
+    Kafka answers CONCURRENT_TRANSACTIONS to a call that would begin the next transaction while the
+    previous one writes its markers; the coordinator waits instead (bounded by the request timeout), but
+    only for the client's CURRENT/NEXT identity. ``identity`` None (InitProducerId) always waits;
+    ``retry`` (EndTxn) also waits for the RETRY identity, whose answer was lost.
+    """
+    if identity is None:
+        return True
+    ident = classify(meta, *identity)
+    return ident in WAITING_IDENTITIES or (retry and ident is Identity.RETRY)
+
+
+def carries_reservation(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -> bool:
+    """Whether (pid, epoch) holds the carried-marker reservations of the id's previous transaction.
+
+    True while that transaction's plan has carried partitions and the request comes from the client's
+    CURRENT/NEXT identity: its EndTxn then folds the previous transaction's completion into its own
+    write, and it alone may release unused tokens (docs/carried-markers.md).
+    """
+    plan = meta.marker_plan()
+    return plan is not None and bool(plan.carried) and classify(meta, producer_id, producer_epoch) in WAITING_IDENTITIES
 
 
 def _fenced(meta: TransactionMetadata, pid: int, epoch: int) -> Outcome:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from clients.aio._metadata import parse_bootstrap
+from clients.aio import parse_bootstrap
 from clients.protocol import (
     BATCHES_CONTENT_TYPE,
     BrokerError,

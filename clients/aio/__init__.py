@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ._group import ConsumerRebalanceListener
+from ._http1 import Http1Pool
 from ._metadata import MetadataCache, PartitionInfo, parse_bootstrap
 from ._session import HttpSession
 from .admin import AsyncAdmin
@@ -14,6 +16,8 @@ __all__ = [
     "AsyncConsumer",
     "AsyncProducer",
     "BatchBuilder",
+    "ConsumerRebalanceListener",
+    "Http1Pool",
     "HttpSession",
     "MetadataCache",
     "PartitionInfo",

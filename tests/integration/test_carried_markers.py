@@ -27,7 +27,7 @@ from clients.protocol import (
 from cluster.bench import sum_samples
 from cluster.health import scrape
 from cluster.peers import AUTH_HEADER, sign
-from cluster.txn_tokens import CarriedMarker, TxnTokens
+from cluster.txn import CarriedMarker, TxnTokens
 from tests.integration.test_transactions_http import TxnWriter, committed_values, control_batches, fetch, values
 from tests.support.cluster import LocalCluster, http
 from tests.support.txn_reads import consume_all, http_read, leader_url, wait_settled

@@ -523,7 +523,7 @@ def _coordinator_commits(c: LocalCluster, tid: str) -> int:
 
 
 def test_a_transaction_adds_its_partitions_in_one_coordinator_write_and_an_idle_producer_has_none_open(make_cluster):
-    # KIP-890 part 2 implicit adds, made cheap (cluster.txn_adds): the first batch of a transaction adds the
+    # KIP-890 part 2 implicit adds, made cheap (cluster.txn.adds): the first batch of a transaction adds the
     # partitions the previous transaction wrote to, so the other partitions' verifications find them there.
     # A steady pipeline then costs the coordinator 3 writes per transaction (the add, PrepareCommit,
     # CompleteCommit) instead of one add per partition. A hinted partition left unwritten gets a marker that

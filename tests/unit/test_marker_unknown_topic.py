@@ -1,10 +1,9 @@
-"""A marker (or revocation) whose partition's topic the coordinator node does not know (cluster/txn_service.py
-``_marker_until_applied``).
+"""A marker (or revocation) whose partition's topic the coordinator node does not know (``cluster.txn.markers``
+``marker_until_applied``).
 
 "Unknown topic" from the coordinator's own metadata may mean the node just took over and has not applied the
 topic's creation yet, not that the topic is gone. Taking it for "gone" at once skips the marker and leaves the
-transaction open on that partition for good (session 14 met it with revocations in a copier fault test), so
-an unknown topic is retried for a grace period first; a newer producer epoch ends the marker at once.
+transaction open on that partition for good (a copier fault test with revocations shows it), so an unknown topic is retried for a grace period first; a newer producer epoch ends the marker at once.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import asyncio
 import time
 
 from clients.protocol import BrokerError, ErrorCode
-from cluster.txn_service import TransactionService
+from cluster.txn.markers import marker_until_applied
 from coordinator.metadata import MarkerPlan, TopicPartition
 
 TP = TopicPartition("orders", 0)
@@ -32,7 +31,7 @@ def _run(errors: list[ErrorCode], grace_s: float, *, leading: bool = True) -> tu
         return True
 
     async def main() -> bool | None:
-        return await TransactionService._marker_until_applied(send, True, PLAN, TP, lambda: leading, "marker", grace_s)
+        return await marker_until_applied(send, True, PLAN, TP, lambda: leading, "marker", grace_s)
 
     started = time.monotonic()
     answer = asyncio.run(main())

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from cluster.http_api import make_app
+from cluster.http import make_app
+from cluster.http.openapi import openapi_document
 from cluster.metrics import NodeMetrics
-from cluster.openapi import openapi_document
 
 
 def served_routes() -> set[tuple[str, str]]:
-    # The routes are registered from the handlers' objects; a stand-in broker is enough to build them.
-    broker = SimpleNamespace(config=SimpleNamespace(max_request_bytes=1 << 20), txn=None, consumer_groups=None)
-    app = make_app(broker, NodeMetrics())  # type: ignore[arg-type]
+    # The routes are registered from the handlers' objects; stand-in services are enough to build them.
+    services = SimpleNamespace(
+        config=SimpleNamespace(max_request_bytes=1 << 20), metrics=NodeMetrics(), txn=None, groups=None,
+        controller=None, nodes=None, peers=None,
+    )  # fmt: skip
+    app = make_app(services)  # type: ignore[arg-type]
     out = set()
     for route in app.router.routes():
         info = route.resource.get_info() if route.resource is not None else {}

@@ -1,10 +1,10 @@
-"""The coordinator's partition hints and in-flight adds (``cluster.txn_adds``), as pure logic."""
+"""The coordinator's partition hints and in-flight adds (``cluster.txn.adds``), as pure logic."""
 
 from __future__ import annotations
 
 import asyncio
 
-from cluster.txn_adds import AddsInFlight, PartitionHints, starts_transaction
+from cluster.txn.adds import AddsInFlight, PartitionHints, starts_transaction
 from coordinator.group_metadata import OFFSETS_TOPIC
 from coordinator.metadata import TopicPartition, TransactionMetadata
 from coordinator.states import TransactionState as S

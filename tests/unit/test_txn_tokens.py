@@ -17,8 +17,8 @@ from clients.protocol import (
     encode_produce_request,
     encode_token,
 )
-from cluster.parsing import parse_json_produce
-from cluster.txn_tokens import CarriedMarker, TxnTokens
+from cluster.http.parsing import parse_json_produce
+from cluster.txn import CarriedMarker, TxnTokens
 
 TID, PID, EPOCH = "tx", 42, 7
 MARK = CarriedMarker(ControlType.ABORT, 12)

@@ -28,6 +28,7 @@ from clients.protocol import (
     decode_token,
     encode_batch,
 )
+from coordinator.commands import MAX_ID_BYTES
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT32_MAX = 2**31 - 1
@@ -255,3 +256,30 @@ def parse_json_produce(body: Mapping[str, Any]) -> ProduceRequest:
         token = decode_token(token_text, f"{f}.txn_token") if token_text is not None else None
         parts.append(ProducePartition(topic, partition, batch, token))
     return ProduceRequest(tuple(parts), acks=acks, timeout_ms=timeout_ms, transactional_id=tid)
+
+
+# ---- identifiers and identities shared by the transaction and group routes ----------------------
+
+
+def identifier(raw: str, what: str) -> str:
+    """A transactional id, group id or member id: non-empty, at most ``MAX_ID_BYTES``, no control characters."""
+    if not raw:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"{what} must not be empty")
+    if len(raw.encode("utf-8", "surrogatepass")) > MAX_ID_BYTES:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"{what} is longer than {MAX_ID_BYTES} bytes")
+    if any(ord(c) < 0x20 or 0xD800 <= ord(c) <= 0xDFFF for c in raw):
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"{what} contains control or surrogate characters")
+    return raw
+
+
+def producer_identity(body: Mapping[str, Any]) -> tuple[int, int]:
+    """``(producer_id, producer_epoch)`` of a transactional request."""
+    pid = get_int(body, "producer_id", lo=0, hi=INT64_MAX)
+    return pid, get_int(body, "producer_epoch", lo=0, hi=32767)
+
+
+def get_bool(body: Mapping[str, Any], key: str) -> bool:
+    v = body.get(key)
+    if not isinstance(v, bool):
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"field {key!r} must be true or false")
+    return v

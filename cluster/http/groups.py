@@ -1,4 +1,4 @@
-"""HTTP routes of consumer groups and offsets (API.md "Producer ids and transactions", issue 5), and internal twins.
+"""HTTP routes of consumer groups and offsets (API.md "Producer ids and transactions"), and internal twins.
 
 A request for group G may reach any node: one that does not coordinate G
 proxies it once to the coordinator (``X-Txbroker-Forwarded`` stops loops), as
@@ -14,7 +14,8 @@ the group listing's fan-out.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -24,13 +25,14 @@ from coordinator.group_commands import OffsetCommit
 from coordinator.group_metadata import NO_GENERATION
 from coordinator.metadata import TopicPartition
 
+from ..group_service import answer_json
+from ..topics import validate_topic_name
 from . import parsing
-from .group_service import answer_json
-from .topics import validate_topic_name
-from .txn_http import _id, _identity
+from .forwarding import Forwarder
+from .internal import require_internal
+from .services import Services
 
-if TYPE_CHECKING:
-    from .http_api import Api
+__all__ = ["GroupRoutes"]
 
 _MAX_OFFSETS = 10_000
 _MAX_TOPICS = 10_000
@@ -41,7 +43,7 @@ DEFAULT_REBALANCE_TIMEOUT_MS = 30_000
 
 def _member_id(body: dict[str, Any], *, required: bool) -> str:
     raw = parsing.get_str(body, "member_id", required=required)
-    return _id(raw, "member_id") if raw else ""
+    return parsing.identifier(raw, "member_id") if raw else ""
 
 
 def _offsets(body: dict[str, Any]) -> tuple[OffsetCommit, ...]:
@@ -86,10 +88,10 @@ def _query_bool(request: web.Request, key: str) -> bool:
 
 
 class GroupRoutes:
-    def __init__(self, api: Api) -> None:
-        self.api = api
-        self.broker = api.broker
-        self.svc = api.broker.consumer_groups
+    def __init__(self, services: Services, forwarder: Forwarder) -> None:
+        self.s = services
+        self.svc = services.groups
+        self.forwarder = forwarder
 
     def register(self, app: web.Application) -> None:
         r = app.router
@@ -108,14 +110,16 @@ class GroupRoutes:
     # ---- plumbing -------------------------------------------------------------------------------
 
     def _group(self, request: web.Request) -> str:
-        return _id(request.match_info["group_id"], "group_id")
+        return parsing.identifier(request.match_info["group_id"], "group_id")
 
     async def _body(self, request: web.Request) -> tuple[bytes, dict[str, Any]]:
         raw = await request.read()
         return raw, parsing.parse_json_object(raw)
 
-    async def _routed(self, request: web.Request, raw: bytes, call: Any) -> web.Response:
-        return await self.api.txn_routes._routed(request, raw, call)
+    async def _routed(
+        self, request: web.Request, raw: bytes, call: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> web.Response:
+        return await self.forwarder.routed(request, raw, call)
 
     # ---- public routes --------------------------------------------------------------------------
 
@@ -174,8 +178,12 @@ class GroupRoutes:
         if txn_fields and len(txn_fields) != 3:
             raise BrokerError(ErrorCode.INVALID_REQUEST, "a transactional commit needs transactional_id, "
                               "producer_id and producer_epoch")  # fmt: skip
-        tid = _id(str(parsing.get_str(body, "transactional_id")), "transactional_id") if txn_fields else None
-        pid, epoch = _identity(body) if txn_fields else (-1, -1)
+        tid = (
+            parsing.identifier(str(parsing.get_str(body, "transactional_id")), "transactional_id")
+            if txn_fields
+            else None
+        )
+        pid, epoch = parsing.producer_identity(body) if txn_fields else (-1, -1)
 
         async def call() -> dict[str, Any]:
             if tid is not None:
@@ -214,7 +222,7 @@ class GroupRoutes:
     async def list_groups(self, _request: web.Request) -> web.Response:
         groups = self.svc.local_groups()
         errors = []
-        for r in await self.api.txn_routes._fan_out("/v1/internal/groups/list", {}):
+        for r in await self.forwarder.fan_out("/v1/internal/groups/list", {}):
             if "error" in r:
                 errors.append(r["error"])
             else:
@@ -223,10 +231,10 @@ class GroupRoutes:
 
     async def add_offsets_to_txn(self, request: web.Request) -> web.Response:
         """AddOffsetsToTxn: runs on the transaction coordinator of the transactional id."""
-        tid = _id(request.match_info["transactional_id"], "transactional_id")
+        tid = parsing.identifier(request.match_info["transactional_id"], "transactional_id")
         raw, body = await self._body(request)
-        pid, epoch = _identity(body)
-        group = _id(str(parsing.get_str(body, "group_id")), "group_id")
+        pid, epoch = parsing.producer_identity(body)
+        group = parsing.identifier(str(parsing.get_str(body, "group_id")), "group_id")
 
         async def call() -> dict[str, Any]:
             p = await self.svc.add_offsets_to_txn(tid, pid, epoch, group)
@@ -237,13 +245,13 @@ class GroupRoutes:
     # ---- internal routes --------------------------------------------------------------------------
 
     async def internal_marker(self, request: web.Request) -> web.Response:
-        self.api.require_internal(request)
+        require_internal(self.s.config.cluster_secret, request)
         body = parsing.parse_json_object(await request.read())
         try:
             control = ControlType[str(body.get("control_type"))]
         except KeyError as exc:
             raise BrokerError(ErrorCode.INVALID_REQUEST, "control_type must be COMMIT or ABORT") from exc
-        pid, epoch = _identity(body)
+        pid, epoch = parsing.producer_identity(body)
         result = await self.svc.write_txn_marker_here(
             parsing.get_int(body, "partition", lo=0, hi=parsing.INT32_MAX),
             pid,
@@ -254,5 +262,5 @@ class GroupRoutes:
         return web.json_response({"log_append_time": result.log_append_time})
 
     async def internal_list(self, request: web.Request) -> web.Response:
-        self.api.require_internal(request)
+        require_internal(self.s.config.cluster_secret, request)
         return web.json_response({"groups": self.svc.local_groups()})

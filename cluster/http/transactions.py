@@ -13,9 +13,8 @@ drive commit-group members on other coordinators.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
@@ -24,31 +23,17 @@ from coordinator.commands import MAX_ID_BYTES, GroupMember
 from coordinator.metadata import TopicPartition
 from coordinator.states import TransactionState
 
+from ..partitions import MARKER_PATH
+from ..txn.verification import VERIFY_PATH
 from . import parsing
-from .peers import FORWARDED_HEADER
+from .forwarding import Forwarder
+from .internal import require_internal
+from .services import Services
 
-if TYPE_CHECKING:
-    from .http_api import Api
+__all__ = ["TxnRoutes"]
 
 _MAX_PARTITIONS = 10_000
 _MAX_MEMBERS = 10_000
-
-
-def _id(raw: str, what: str) -> str:
-    if not raw:
-        raise BrokerError(ErrorCode.INVALID_REQUEST, f"{what} must not be empty")
-    if len(raw.encode("utf-8", "surrogatepass")) > MAX_ID_BYTES:
-        raise BrokerError(ErrorCode.INVALID_REQUEST, f"{what} is longer than {MAX_ID_BYTES} bytes")
-    if any(ord(c) < 0x20 or 0xD800 <= ord(c) <= 0xDFFF for c in raw):
-        raise BrokerError(ErrorCode.INVALID_REQUEST, f"{what} contains control or surrogate characters")
-    return raw
-
-
-def _bool(body: dict[str, Any], key: str) -> bool:
-    v = body.get(key)
-    if not isinstance(v, bool):
-        raise BrokerError(ErrorCode.INVALID_REQUEST, f"field {key!r} must be true or false")
-    return v
 
 
 def _partition_items(body: dict[str, Any], key: str, max_len: int) -> list[tuple[TopicPartition, dict[str, Any]]]:
@@ -71,11 +56,6 @@ def _partitions_json(tps: Iterable[TopicPartition]) -> list[dict[str, Any]]:
     return [{"topic": tp.topic, "partition": tp.partition} for tp in tps]
 
 
-def _identity(body: dict[str, Any]) -> tuple[int, int]:
-    pid = parsing.get_int(body, "producer_id", lo=0, hi=2**63 - 1)
-    return pid, parsing.get_int(body, "producer_epoch", lo=0, hi=32767)
-
-
 def _states(raw: str | None) -> set[TransactionState] | None:
     if not raw:
         return None
@@ -86,10 +66,10 @@ def _states(raw: str | None) -> set[TransactionState] | None:
 
 
 class TxnRoutes:
-    def __init__(self, api: Api) -> None:
-        self.api = api
-        self.broker = api.broker
-        self.txn = api.broker.txn
+    def __init__(self, services: Services, forwarder: Forwarder) -> None:
+        self.s = services
+        self.txn = services.txn
+        self.forwarder = forwarder
 
     def register(self, app: web.Application) -> None:
         r = app.router
@@ -104,8 +84,8 @@ class TxnRoutes:
         r.add_post("/v1/transactions/{transactional_id}/abort", self.abort)
         r.add_post("/v1/transaction-groups/{group_id}/end", self.group_end)
         r.add_post("/v1/transactions-by-prefix/abort", self.abort_prefix)
-        r.add_post("/v1/internal/txn/marker", self.internal_marker)
-        r.add_post("/v1/internal/txn/verify", self.internal_verify)
+        r.add_post(MARKER_PATH, self.internal_marker)
+        r.add_post(VERIFY_PATH, self.internal_verify)
         r.add_post("/v1/internal/txn/bind", self.internal_bind)
         r.add_post("/v1/internal/txn/resolve", self.internal_resolve)
         r.add_post("/v1/internal/txn/decide", self.internal_decide)
@@ -114,38 +94,17 @@ class TxnRoutes:
 
     # ---- plumbing -----------------------------------------------------------------------------
 
-    async def _routed(self, request: web.Request, raw: bytes, call: Any) -> web.Response:
-        """Run ``call()``; on NOT_COORDINATOR proxy the request once to the coordinator."""
-        try:
-            return web.json_response(await call())
-        except BrokerError as exc:
-            url = exc.extra.get("coordinator_url")
-            if exc.error_code is not ErrorCode.NOT_COORDINATOR or not url or request.headers.get(FORWARDED_HEADER):
-                raise
-            return await self._proxy(request, str(url), raw)
-
-    async def _proxy(self, request: web.Request, url: str, raw: bytes) -> web.Response:
-        return await self.api.proxy(request, url, raw, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    async def _routed(
+        self, request: web.Request, raw: bytes, call: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> web.Response:
+        return await self.forwarder.routed(request, raw, call)
 
     async def _body(self, request: web.Request) -> tuple[bytes, dict[str, Any]]:
         raw = await request.read()
         return raw, parsing.parse_json_object(raw) if raw.strip() else {}
 
     def _tid(self, request: web.Request) -> str:
-        return _id(request.match_info["transactional_id"], "transactional_id")
-
-    async def _fan_out(self, path: str, body: dict[str, Any]) -> list[Any]:
-        """Ask every other live node's internal endpoint; unreachable nodes are reported, not fatal."""
-        forward = self.broker._forward
-        peers = [n.id for n in self.broker.config.nodes if n.id != self.broker.config.node_id]
-
-        async def one(node_id: int) -> Any:
-            try:
-                return await forward(node_id, "POST", path, body)
-            except BrokerError as exc:
-                return {"error": {"node_id": node_id, **exc.to_json()}}
-
-        return list(await asyncio.gather(*(one(n) for n in peers)))
+        return parsing.identifier(request.match_info["transactional_id"], "transactional_id")
 
     # ---- public routes ---------------------------------------------------------------------------
 
@@ -156,7 +115,7 @@ class TxnRoutes:
         epoch = body.get("producer_epoch")
         expected: tuple[int, int] | tuple[None, None] = (None, None)
         if (pid is not None or epoch is not None) and not (pid == -1 and epoch in (-1, None)):
-            expected = _identity(body)
+            expected = parsing.producer_identity(body)
 
         async def call() -> dict[str, Any]:
             p, e = await self.txn.init_producer_id(tid, timeout_ms, *expected)
@@ -171,16 +130,9 @@ class TxnRoutes:
         topic = request.match_info["topic"]
         partition = parsing.parse_decimal(request.match_info["partition"], "partition", lo=0, hi=2**31 - 1)
         try:
-            producers = self.broker.describe_producers(topic, partition)
+            producers = self.s.partitions.describe_producers(topic, partition)
         except BrokerError as exc:
-            url = exc.extra.get("leader_url")
-            if (
-                exc.error_code is not ErrorCode.NOT_LEADER_OR_FOLLOWER
-                or not url
-                or request.headers.get(FORWARDED_HEADER)
-            ):
-                raise
-            return await self._proxy(request, str(url), b"")
+            return await self.forwarder.to_leader(request, exc, b"")
         return web.json_response({"topic": topic, "partition": partition, "producers": producers})
 
     async def describe(self, request: web.Request) -> web.Response:
@@ -195,7 +147,7 @@ class TxnRoutes:
         states = _states(request.query.get("state"))
         prefix = request.query.get("prefix", "")
         local = self.txn.local_transactions(states)
-        remote = await self._fan_out("/v1/internal/txn/list", {"state": request.query.get("state", "")})
+        remote = await self.forwarder.fan_out("/v1/internal/txn/list", {"state": request.query.get("state", "")})
         errors = []
         for r in remote:
             if "error" in r:
@@ -215,7 +167,7 @@ class TxnRoutes:
         """A call naming (producer id, epoch) and a list of partitions, answered with the partitions ``op`` did."""
         tid = self._tid(request)
         raw, body = await self._body(request)
-        pid, epoch = _identity(body)
+        pid, epoch = parsing.producer_identity(body)
         tps = _topic_partitions(body)
 
         async def call() -> dict[str, Any]:
@@ -232,9 +184,9 @@ class TxnRoutes:
     async def end(self, request: web.Request) -> web.Response:
         tid = self._tid(request)
         raw, body = await self._body(request)
-        pid, epoch = _identity(body)
-        commit = _bool(body, "commit")
-        wait = _bool(body, "wait_for_completion") if "wait_for_completion" in body else False
+        pid, epoch = parsing.producer_identity(body)
+        commit = parsing.get_bool(body, "commit")
+        wait = parsing.get_bool(body, "wait_for_completion") if "wait_for_completion" in body else False
         receipts = _receipts(body)
 
         async def call() -> dict[str, Any]:
@@ -261,11 +213,13 @@ class TxnRoutes:
     async def prepare(self, request: web.Request) -> web.Response:
         tid = self._tid(request)
         raw, body = await self._body(request)
-        pid, epoch = _identity(body)
+        pid, epoch = parsing.producer_identity(body)
         group = parsing.get_str(body, "group_id", required=False, max_len=MAX_ID_BYTES)
 
         async def call() -> dict[str, Any]:
-            res = await self.txn.prepare(tid, pid, epoch, _id(group, "group_id") if group is not None else None)
+            res = await self.txn.prepare(
+                tid, pid, epoch, parsing.identifier(group, "group_id") if group is not None else None
+            )
             return {
                 "transactional_id": tid,
                 "producer_id": res.producer_id,
@@ -285,17 +239,17 @@ class TxnRoutes:
         return await self._routed(request, await request.read(), call)
 
     async def group_end(self, request: web.Request) -> web.Response:
-        group = _id(request.match_info["group_id"], "group_id")
+        group = parsing.identifier(request.match_info["group_id"], "group_id")
         raw, body = await self._body(request)
-        commit = _bool(body, "commit")
+        commit = parsing.get_bool(body, "commit")
         members = []
         for i, m in enumerate(parsing.get_list(body, "members", max_len=_MAX_MEMBERS)):
             if not isinstance(m, dict):
                 raise BrokerError(ErrorCode.INVALID_REQUEST, f"members[{i}] must be an object")
             tid = parsing.get_str(m, "transactional_id", max_len=MAX_ID_BYTES)
             assert tid is not None
-            pid, epoch = _identity(m)
-            members.append(GroupMember(_id(tid, "transactional_id"), pid, epoch))
+            pid, epoch = parsing.producer_identity(m)
+            members.append(GroupMember(parsing.identifier(tid, "transactional_id"), pid, epoch))
         if commit and not members:
             raise BrokerError(ErrorCode.INVALID_REQUEST, "a commit decision needs at least one member")
 
@@ -323,7 +277,7 @@ class TxnRoutes:
             raise BrokerError(ErrorCode.INVALID_REQUEST, "prefix must not be empty")
         aborted = await self._abort_local_prefix(prefix)
         errors = []
-        for r in await self._fan_out("/v1/internal/txn/abort-prefix", {"prefix": prefix}):
+        for r in await self.forwarder.fan_out("/v1/internal/txn/abort-prefix", {"prefix": prefix}):
             if "error" in r:
                 errors.append(r["error"])
             else:
@@ -343,7 +297,7 @@ class TxnRoutes:
     # ---- internal routes --------------------------------------------------------------------------
 
     async def _internal_body(self, request: web.Request) -> dict[str, Any]:
-        self.api.require_internal(request)
+        require_internal(self.s.config.cluster_secret, request)
         return parsing.parse_json_object(await request.read())
 
     async def internal_marker(self, request: web.Request) -> web.Response:
@@ -354,18 +308,18 @@ class TxnRoutes:
             control = ControlType[str(body.get("control_type"))]
         except KeyError as exc:
             raise BrokerError(ErrorCode.INVALID_REQUEST, "control_type must be COMMIT or ABORT") from exc
-        pid, epoch = _identity(body)
+        pid, epoch = parsing.producer_identity(body)
         args = (topic, parsing.get_int(body, "partition", lo=0, hi=2**31 - 1), pid, epoch,
                 parsing.get_int(body, "coordinator_epoch", lo=0), control)  # fmt: skip
         out: dict[str, Any] = {}
         if body.get("revoke") is True:  # a revoking marker (docs/carried-markers.md): "used", or what it wrote
-            revoked = await self.broker.revoke_txn_marker(*args)
+            revoked = await self.s.markers.revoke_txn_marker(*args)
             out["used"] = revoked.marker is None
             if revoked.marker is None:
                 return web.json_response(out)
             result = revoked.marker
         else:
-            result = await self.broker.write_txn_marker(*args)
+            result = await self.s.markers.write_txn_marker(*args)
         out.update(offset=result.offset, txn_first_offset=result.txn_first_offset,
                    log_append_time=result.log_append_time)  # fmt: skip
         return web.json_response(out)
@@ -376,7 +330,7 @@ class TxnRoutes:
         topic = parsing.get_str(body, "topic", max_len=249)
         assert tid is not None
         assert topic is not None
-        pid, epoch = _identity(body)
+        pid, epoch = parsing.producer_identity(body)
         partition = parsing.get_int(body, "partition", lo=0, hi=2**31 - 1)
         await self.txn.verify_here(tid, pid, epoch, topic, partition)
         return web.json_response({"ok": True})
@@ -384,7 +338,7 @@ class TxnRoutes:
     def _member(self, body: dict[str, Any]) -> GroupMember:
         tid = parsing.get_str(body, "transactional_id", max_len=MAX_ID_BYTES)
         assert tid is not None
-        pid, epoch = _identity(body)
+        pid, epoch = parsing.producer_identity(body)
         return GroupMember(tid, pid, epoch)
 
     async def internal_bind(self, request: web.Request) -> web.Response:
@@ -398,14 +352,14 @@ class TxnRoutes:
         body = await self._internal_body(request)
         group = parsing.get_str(body, "group_id", max_len=MAX_ID_BYTES)
         assert group is not None
-        res = await self.txn.resolve_prepared(self._member(body), group, _bool(body, "commit"))
+        res = await self.txn.resolve_prepared(self._member(body), group, parsing.get_bool(body, "commit"))
         return web.json_response({"producer_id": res.producer_id, "producer_epoch": res.producer_epoch})
 
     async def internal_decide(self, request: web.Request) -> web.Response:
         body = await self._internal_body(request)
         group = parsing.get_str(body, "group_id", max_len=MAX_ID_BYTES)
         assert group is not None
-        decision = await self.txn.group_commit(group, [], _bool(body, "commit"))
+        decision = await self.txn.group_commit(group, [], parsing.get_bool(body, "commit"))
         members = [
             {"transactional_id": m.transactional_id, "producer_id": m.producer_id, "producer_epoch": m.producer_epoch}
             for m in decision.members

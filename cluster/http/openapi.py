@@ -6,7 +6,7 @@ from typing import Any
 
 from clients.protocol import ErrorCode
 
-from .metrics import VERSION
+from ..metrics import VERSION
 from .openapi_txn import transaction_and_group_paths
 
 _ERROR = {"$ref": "#/components/schemas/Error"}

@@ -1,0 +1,60 @@
+"""Health, metrics, the OpenAPI document, and the node-to-node state and producer-id endpoints."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from ..controller_service import PRODUCER_IDS_PATH
+from . import parsing
+from .internal import require_internal
+from .openapi import openapi_document
+from .services import Services
+
+__all__ = ["AdminRoutes"]
+
+
+class AdminRoutes:
+    def __init__(self, services: Services) -> None:
+        self.s = services
+
+    def register(self, app: web.Application) -> None:
+        r = app.router
+        r.add_get("/livez", self.livez)
+        r.add_get("/readyz", self.readyz)
+        r.add_get("/metrics", self.metrics)
+        r.add_get("/v1/openapi.json", self.openapi)
+        r.add_get("/v1/internal/state", self.internal_state)
+        r.add_post(PRODUCER_IDS_PATH, self.internal_producer_ids)
+
+    async def livez(self, _request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, _request: web.Request) -> web.Response:
+        node = self.s.node
+        checks = {"controller_leader_known": self.s.controller.leader_id() is not None, "draining": node.draining}
+        if node.is_ready():
+            return web.json_response({"status": "ready", "checks": checks})
+        status = "draining" if node.draining else "booting"
+        return web.json_response({"status": status, "checks": checks}, status=503)
+
+    async def metrics(self, _request: web.Request) -> web.Response:
+        body = generate_latest(self.s.metrics.registry)
+        resp = web.Response(body=body)
+        resp.content_type = CONTENT_TYPE_LATEST.split(";")[0]
+        resp.charset = "utf-8"
+        return resp
+
+    async def openapi(self, _request: web.Request) -> web.Response:
+        return web.json_response(openapi_document())
+
+    async def internal_state(self, request: web.Request) -> web.Response:
+        require_internal(self.s.config.cluster_secret, request)
+        return web.json_response(self.s.node.internal_state_json())
+
+    async def internal_producer_ids(self, request: web.Request) -> web.Response:
+        require_internal(self.s.config.cluster_secret, request)
+        body = parsing.parse_json_object(await request.read())
+        node_id = parsing.get_int(body, "node_id", lo=0, hi=2**31 - 1)
+        block = await self.s.controller.allocate_producer_ids_local(node_id)
+        return web.json_response({"first": block.first, "size": block.size})

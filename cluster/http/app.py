@@ -1,0 +1,111 @@
+"""The HTTP API of a node (aiohttp): the application, its middleware, and the services it adapts.
+
+Error contract (API.md): every error is an HTTP status plus
+``{"error_code", "message", "retriable", ...}``. Malformed input never causes
+a 5xx, never changes state, and never stops the node; unknown routes and
+wrong methods answer with a JSON ``error_code`` too.
+
+Each area has its own module of thin adapters (parse, call one domain
+function, map the result): ``records`` (produce, fetch, producer ids),
+``topics`` (topics, cluster metadata), ``transactions``, ``groups``,
+``admin`` (health, metrics, OpenAPI, node-to-node state).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from clients.protocol import BrokerError, ErrorCode
+
+from ..metrics import NodeMetrics
+from .admin import AdminRoutes
+from .forwarding import Forwarder
+from .groups import GroupRoutes
+from .records import RecordRoutes
+from .services import Readiness, Services
+from .topics import TopicRoutes
+from .transactions import TxnRoutes
+
+__all__ = ["Readiness", "Services", "error_response", "make_app"]
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_response(exc: BrokerError, status: int | None = None) -> web.Response:
+    return web.json_response(exc.to_json(), status=status or exc.error_code.http_status)
+
+
+def _route_template(request: web.Request) -> str:
+    route = request.match_info.route
+    resource = route.resource
+    if resource is None:
+        return "unmatched"
+    return resource.canonical
+
+
+def make_middlewares(metrics: NodeMetrics) -> list[Any]:
+    @web.middleware
+    async def errors_and_metrics(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        route = _route_template(request)
+        status = 500
+        try:
+            resp = await handler(request)
+            status = resp.status
+            return resp
+        except BrokerError as exc:
+            status = exc.error_code.http_status
+            return error_response(exc)
+        except web.HTTPRequestEntityTooLarge as exc:
+            status = 413
+            return error_response(BrokerError(ErrorCode.MESSAGE_TOO_LARGE, f"request body too large: {exc.text}"))
+        except web.HTTPException as exc:
+            status = exc.status
+            if exc.status < 400:
+                raise
+            code = ErrorCode.INVALID_REQUEST
+            msg = {404: "no such route", 405: f"method {request.method} not allowed here"}.get(exc.status, exc.reason)
+            return error_response(BrokerError(code, msg), status=exc.status)
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+            status = 499
+            raise
+        except Exception:
+            log.exception("unhandled error in %s %s", request.method, route)
+            status = 500
+            return error_response(BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, "internal error"))
+        finally:
+            metrics.http_requests.labels(route, request.method, f"{status // 100}xx").inc()
+            metrics.http_duration.labels(route, request.method).observe(time.perf_counter() - started)
+
+    return [errors_and_metrics]
+
+
+def make_app(services: Services) -> web.Application:
+    forwarder = Forwarder(services.nodes, services.peers)
+    app = web.Application(
+        client_max_size=services.config.max_request_bytes, middlewares=make_middlewares(services.metrics)
+    )
+
+    async def on_startup(_app: web.Application) -> None:
+        await forwarder.start()
+
+    async def on_cleanup(_app: web.Application) -> None:
+        await forwarder.close()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    txn_routes = TxnRoutes(services, forwarder)
+    AdminRoutes(services).register(app)
+    TopicRoutes(services, forwarder).register(app)
+    RecordRoutes(services, forwarder, txn_routes).register(app)
+    txn_routes.register(app)
+    GroupRoutes(services, forwarder).register(app)
+    return app

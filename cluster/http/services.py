@@ -1,0 +1,46 @@
+"""What the HTTP layer adapts: the node's services, built by the composition root (``cluster.node``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..config import NodeConfig
+from ..controller_service import ControllerService
+from ..group_service import GroupService
+from ..metrics import NodeMetrics
+from ..partitions import PartitionService
+from ..routed_produce import RoutedProducer
+from ..seams import MarkerWriter, NodeDirectory, PeerClient, ProducerIdSource
+from ..txn import TransactionCoordinator
+
+__all__ = ["Readiness", "Services"]
+
+
+class Readiness(Protocol):
+    @property
+    def draining(self) -> bool: ...
+
+    def is_ready(self) -> bool: ...
+
+    def internal_state_json(self) -> dict[str, Any]:
+        """This node's view of its Raft groups, for ``/v1/internal/state`` (peers read it)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Services:
+    """What the HTTP layer adapts: the node's services, built by ``cluster.node``."""
+
+    config: NodeConfig
+    metrics: NodeMetrics
+    node: Readiness
+    controller: ControllerService
+    partitions: PartitionService
+    routed: RoutedProducer
+    txn: TransactionCoordinator
+    groups: GroupService
+    producer_ids: ProducerIdSource
+    markers: MarkerWriter
+    peers: PeerClient
+    nodes: NodeDirectory
