@@ -3,10 +3,10 @@
 A transactional producer's first batch to each partition makes that
 partition's leader ask the coordinator to verify it (``verify_here``), and a
 partition not yet in the transaction is added by an ``AddPartitions`` command.
-A transaction over 3 partitions used to cost 3 such commands, each a Raft
-round on the coordinator's group: about 2 ms of the nodes' CPU apiece, the
-largest part of the transactional overhead (``docs/pipelined-transactions.md``).
-Two rules bring it to one:
+One command per partition would cost a Raft round on the coordinator's group
+apiece (about 2 ms of the nodes' CPU each, the largest part of the
+transactional overhead; ``docs/pipelined-transactions.md``). Two rules bring
+it to one command per transaction:
 
 * **The first add of a transaction also adds the partitions the producer's
   previous transaction wrote to** (``PartitionHints``). A pipeline writes to
