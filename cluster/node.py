@@ -14,7 +14,6 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -25,6 +24,7 @@ from raft import RaftError, RaftGroup, RaftNode, RaftSettings
 from storage.commands import RevokeResult, TxnMarkerResult
 from storage.store import NodeStore
 
+from .background import every
 from .config import ConfiguredNodes, NodeConfig
 from .controller import ControllerStateMachine
 from .controller_service import ControllerService
@@ -194,10 +194,8 @@ class Node:
         self.groups.start()
         self.peer_view.start()
         self._tasks = [
-            self.loop.create_task(self._every(self.config.leader_balance_interval_s, self.partitions.balance_leaders)),
-            self.loop.create_task(
-                self._every(self.config.retention_check_interval_s, self.partitions.enforce_retention)
-            ),
+            self.loop.create_task(every(self.config.leader_balance_interval_s, self.partitions.balance_leaders)),
+            self.loop.create_task(every(self.config.retention_check_interval_s, self.partitions.enforce_retention)),
         ]
 
     async def drain(self) -> None:
@@ -259,14 +257,6 @@ class Node:
             if addr in st.connected and match >= st.commit_index:
                 return addr
         return None
-
-    async def _every(self, interval: float, fn: Callable[[], Awaitable[None]]) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await fn()
-            except Exception:
-                log.exception("background task %s failed", getattr(fn, "__name__", fn))
 
     def _on_replica_leader(self, rep: LocalReplica) -> None:
         self.metrics.leader_changes.labels(rep.topic.name).inc()

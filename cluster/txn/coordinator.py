@@ -31,7 +31,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,7 @@ from coordinator.transitions import carries_reservation
 from raft import RaftNode
 from storage.store import NodeStore
 
+from ..background import every
 from ..config import NodeConfig
 from ..metrics import CoordinatorKind, NodeMetrics, TransactionSample, TxnOutcome
 from ..peers import PeerView
@@ -151,7 +152,7 @@ class TransactionCoordinator:
         self.state.start()
         self._metrics.set_transaction_source(self.sample)
         interval = self._config.transaction_abort_scan_interval_ms / 1000
-        self._tasks.append(asyncio.get_running_loop().create_task(self._every(interval, self._scan)))
+        self._tasks.append(asyncio.get_running_loop().create_task(every(interval, self._scan)))
 
     async def close(self) -> None:
         self._driver.closing = True
@@ -161,14 +162,6 @@ class TransactionCoordinator:
         await self._driver.close()
         await self._commit_groups.close()
         self.state.stop()
-
-    async def _every(self, interval: float, fn: Callable[[], Awaitable[None]]) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await fn()
-            except Exception:
-                log.exception("transaction background task failed")
 
     def _on_leader_change(self, part: TxnPartition) -> None:
         if not part.group.is_leader() or self._driver.closing:
