@@ -77,7 +77,7 @@ class NodeConfig:
     raft_log_compaction_min_entries: int = 1000
     # storage: RocksDB flushes and compactions bypass the page cache where the filesystem allows (storage.store)
     store_direct_io: bool = True
-    # Carried markers (docs/carried-markers.md; on by default since session 15): a client that asks for them
+    # Carried markers (docs/carried-markers.md; on by default): a client that asks for them
     # gets tokens from EndTxn, and the answer to a transaction's first batch on a partition carries a receipt.
     # A reservation not settled by the next EndTxn within txn_reservation_ms is settled with revoking markers
     # (keep it above a pipeline's commit interval).
