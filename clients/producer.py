@@ -38,8 +38,9 @@ from typing import Any, TypeVar
 
 from ._loop_thread import LoopThread
 from .aio._batch import BATCH_OVERHEAD, DeliveryTimeoutError, add_callback
+from .aio._pipelined_commit import copy_outcome
 from .aio.batch_builder import BatchBuilder
-from .aio.producer import AsyncProducer, Callback, copy_outcome
+from .aio.producer import AsyncProducer, Callback
 from .protocol import BrokerError, ErrorCode
 from .records import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction, RecordMetadata, TopicPartition
 

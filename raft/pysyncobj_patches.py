@@ -21,9 +21,10 @@ Patches (``apply()``, idempotent, run before any SyncObj is built):
   applying the rest). ``store_commit_index`` stores it now (clean shutdown).
 * ``FileJournal.add`` / ``ResizableFile.write`` write entries with
   ``pwritev`` instead of storing them through the journal's mmap: faulting
-  in fresh file pages cost ~3x the time of a write() of the same 64 KB, and
-  the record's header, command and trailer are no longer concatenated
-  first. Same bytes on disk, same order (record, then last-record offset).
+  in fresh file pages costs ~3x the time of a write() of the same 64 KB, and
+  the record's header, command and trailer go out as they are, without
+  being concatenated first. Same bytes on disk, same order (record, then
+  last-record offset).
 * ``MetaStorer.getMeta`` closes its file and fails on an unreadable meta
   file instead of silently forgetting the persisted term and vote.
 * ``Serializer`` closes the snapshot files it streams to followers (it

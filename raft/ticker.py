@@ -49,9 +49,9 @@ def slow_steps() -> int:
     return _slow_steps
 
 
-def _warn_if_slow(started: float, what: str, arg: object) -> None:
+def _warn_if_slow(started: float, ended: float, what: str, arg: object) -> None:
     global _slow_steps
-    took = time.monotonic() - started
+    took = ended - started
     if took >= SLOW_STEP_S:
         with _slow_steps_lock:
             _slow_steps += 1
@@ -120,15 +120,20 @@ class _SafePoller(PollPoller):  # type: ignore[misc]  # PySyncObj is untyped
                 cb(descr, mask)
             except Exception:
                 logger.exception("raft poll callback failed (fd %d)", descr)
-            _warn_if_slow(started, "handling a raft socket event (fd %d)", descr)
+            _warn_if_slow(started, time.monotonic(), "handling a raft socket event (fd %d)", descr)
 
 
 class TickerShard:
-    """One ticker thread and the groups it owns (see module doc)."""
+    """One ticker thread and the groups it owns (see module doc).
 
-    def __init__(self, index: int, tick_interval: float) -> None:
+    ``clock`` (monotonic seconds) times the shard's steps and schedules its
+    ticks; ``tick_at`` times are on it.
+    """
+
+    def __init__(self, index: int, tick_interval: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.index = index
         self.tick_interval = tick_interval
+        self._clock = clock
         self.poller = _SafePoller()
         self.dirty: set[str] = set()
         self.groups: dict[str, Tickable] = {}
@@ -271,7 +276,7 @@ class TickerShard:
                 self._run_tasks()
                 self._flush_outbox()
                 return
-            now = time.monotonic()
+            now = self._clock()
             self._due_timers(now)
             if now >= next_full:
                 targets = list(self.groups.values())
@@ -279,23 +284,27 @@ class TickerShard:
             else:
                 targets = [g for gid in self.dirty if (g := self.groups.get(gid)) is not None]
             self.dirty.clear()
-            for group in targets:
-                started = time.monotonic()
-                try:
-                    group.tick()
-                except Exception:
-                    logger.exception("raft tick failed for group %r", group.group_id)
-                _warn_if_slow(started, "ticking group %r", group.group_id)
+            self._tick_groups(targets)
             self.ticks += 1
             self._flush_outbox()
             wake_at = min(next_full, self._timers[0][0]) if self._timers else next_full
-            timeout = 0.0 if self.dirty else max(0.0, wake_at - time.monotonic())
+            timeout = 0.0 if self.dirty else max(0.0, wake_at - self._clock())
             try:
                 self.poller.poll(timeout)
             except Exception:
                 logger.exception("raft poller failed in shard %d", self.index)
                 time.sleep(0.01)
             self._flush_outbox()
+
+    def _tick_groups(self, targets: list[Tickable]) -> None:
+        """Tick each group; a tick that takes ``SLOW_STEP_S`` or more is counted and logged with its group."""
+        for group in targets:
+            started = self._clock()
+            try:
+                group.tick()
+            except Exception:
+                logger.exception("raft tick failed for group %r", group.group_id)
+            _warn_if_slow(started, self._clock(), "ticking group %r", group.group_id)
 
 
 def _run_all(fns: list[Callable[[], None]]) -> None:

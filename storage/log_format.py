@@ -24,12 +24,14 @@ reported (``StorageCorruptionError``), never returned as data.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import crc32c
 
 from clients.protocol import BrokerError, StoredBatch, parse_batch
 from storage.errors import StorageCorruptionError
+from storage.txn_index import AbortedTxn, decode_aborted_txn
 
 __all__ = [
     "ABORTED_TAG",
@@ -39,6 +41,7 @@ __all__ = [
     "RESTORE_TAG",
     "STORED_HEADER_SIZE",
     "LogMeta",
+    "PartitionKeys",
     "decode_meta",
     "decode_stored_batch",
     "encode_meta",
@@ -59,6 +62,48 @@ _CRC = struct.Struct(">I")
 def offset_key_suffix(tag: bytes, number: int) -> bytes:
     """``tag`` + ``number`` as u64 big-endian (sorts numerically)."""
     return tag + _U64.pack(number)
+
+
+class PartitionKeys:
+    """The keys of one partition under its non-empty ``prefix`` (layout above), and their decoding.
+
+    ``name`` (``topic-p``) labels corruption errors. Immutable by convention; any thread.
+    """
+
+    __slots__ = ("aborted_prefix", "batch_end", "batch_prefix", "end", "meta", "name", "prefix", "producer_prefix",
+                 "restore")  # fmt: skip
+
+    def __init__(self, prefix: bytes, name: str) -> None:
+        self.prefix = prefix
+        self.name = name
+        self.meta = prefix + META_TAG
+        self.restore = prefix + RESTORE_TAG
+        self.aborted_prefix = prefix + ABORTED_TAG
+        self.batch_prefix = prefix + BATCH_TAG
+        self.batch_end = prefix + bytes((BATCH_TAG[0] + 1,))
+        self.producer_prefix = prefix + PRODUCER_TAG
+        # Every key is the prefix, one tag byte and maybe a u64; every tag is below 0xff.
+        self.end = prefix + b"\xff"
+
+    def batch(self, base_offset: int) -> bytes:
+        return self.prefix + offset_key_suffix(BATCH_TAG, base_offset)
+
+    def producer(self, producer_id: int) -> bytes:
+        return self.prefix + offset_key_suffix(PRODUCER_TAG, producer_id)
+
+    def aborted(self, last_offset: int) -> bytes:
+        return self.prefix + offset_key_suffix(ABORTED_TAG, last_offset)
+
+    def decode_batch(self, key: bytes, value: bytes) -> StoredBatch:
+        """The stored batch under batch key ``key``; raises ``StorageCorruptionError``."""
+        (base,) = _U64.unpack_from(key, len(self.batch_prefix))
+        return decode_stored_batch(value, base_offset=base, where=f"{self.name} batch {base}")
+
+    def iter_aborted(self, pairs: Iterator[tuple[bytes, bytes]]) -> Iterator[AbortedTxn]:
+        """The index entries of aborted-index ``(key, value)`` pairs; raises ``StorageCorruptionError``."""
+        for key, value in pairs:
+            (last,) = _U64.unpack_from(key, len(self.aborted_prefix))
+            yield decode_aborted_txn(value, last_offset=last, where=f"{self.name} aborted txn {last}")
 
 
 # --------------------------------------------------------------------------

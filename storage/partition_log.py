@@ -27,20 +27,20 @@ because (a) the in-memory summary (offsets, LSO) is one immutable ``LogMeta``
 object whose reference is replaced only *after* its WriteBatch is written, so a
 reader never sees an offset whose batch, marker or index entry is not yet in
 RocksDB, and (b) a read iterates a RocksDB iterator, which pins a
-point-in-time view, and reports ``OFFSET_OUT_OF_RANGE`` when retention removed
-the wanted batch between its look at the log start offset and the creation of
-its iterator. ``fetch`` reads batches and aborted-index entries through the
-*same* iterator, so retention cannot remove an entry of a batch it returns.
-There are no locks. A reader racing ``read_snapshot``/``destroy`` may get an
-error (never wrong data).
+point-in-time view (``storage.log_reader`` says how a read copes with
+retention). There are no locks. A reader racing ``read_snapshot``/``destroy``
+may get an error (never wrong data).
+
+The read path is ``storage.log_reader``, the snapshot stream
+``storage.log_snapshot``, the key layout ``storage.log_format``; this class
+owns the state and applies the commands.
 """
 
 from __future__ import annotations
 
 import logging
-import struct
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import BinaryIO
 
 from rocksdict import WriteBatch
@@ -69,20 +69,9 @@ from storage.commands import (
     decode_command,
 )
 from storage.errors import StorageCorruptionError
-from storage.log_format import (
-    ABORTED_TAG,
-    BATCH_TAG,
-    META_TAG,
-    PRODUCER_TAG,
-    RESTORE_TAG,
-    STORED_HEADER_SIZE,
-    LogMeta,
-    decode_meta,
-    decode_stored_batch,
-    encode_meta,
-    encode_stored_batch_header,
-    offset_key_suffix,
-)
+from storage.log_format import LogMeta, PartitionKeys, decode_meta, encode_meta, encode_stored_batch_header
+from storage.log_reader import LogReader, LogReadInfo
+from storage.log_snapshot import check_snapshot_header, consistent_snapshot, restore_snapshot, write_snapshot
 from storage.producer_state import (
     CarriedMarkerAction,
     EndTxnOutcome,
@@ -91,46 +80,14 @@ from storage.producer_state import (
     decode_entry,
     encode_entry,
 )
-from storage.store import NodeStore, StoreView, stop_on_storage_failure
-from storage.txn_index import (
-    AbortedTxn,
-    collect_aborted,
-    decode_aborted_txn,
-    encode_aborted_txn,
-    next_aborted_txn,
-)
+from storage.store import NodeStore, stop_on_storage_failure
+from storage.txn_index import AbortedTxn, encode_aborted_txn, next_aborted_txn
 
 __all__ = ["LogReadInfo", "PartitionLog", "StorageCorruptionError"]
 
 log = logging.getLogger(__name__)
 
-_SNAPSHOT_MAGIC = b"TXPL"
-_SNAPSHOT_VERSION = 1
-_SNAPSHOT_HEAD = struct.Struct(">4sBq")  # magic, version, last_applied
-_PAIR_HEAD = struct.Struct(">II")  # key suffix length, value length
-_END_OF_PAIRS = 0xFFFFFFFF
-_RESTORE_BATCH_BYTES = 4 * 1024 * 1024
-_U64 = struct.Struct(">Q")
-
 ApplyResult = AppendResult | RetentionResult | TxnMarkerResult | RevokeResult | BrokerError | None
-
-
-@dataclass(frozen=True, slots=True)
-class LogReadInfo:
-    """What ``PartitionLog.fetch`` read, with the offsets of the same moment (FetchResponse v4 shape).
-
-    ``upper_bound`` is the bound the read stopped at (the LSO for
-    read_committed, else the HW). ``aborted_transactions`` holds
-    ``(producer_id, first_offset)`` of every aborted transaction overlapping
-    the returned batches; only read_committed fetches fill it.
-    """
-
-    high_watermark: int
-    last_stable_offset: int
-    log_start_offset: int
-    upper_bound: int
-    batches: list[StoredBatch]
-    aborted_transactions: list[tuple[int, int]]
 
 
 class PartitionLog:
@@ -145,13 +102,9 @@ class PartitionLog:
         if not prefix:
             raise ValueError("a partition needs a non-empty key prefix")
         self._store = store
-        self._prefix = prefix
         self.name = name
-        self._meta_key = prefix + META_TAG
-        self._restore_key = prefix + RESTORE_TAG
-        self._batch_prefix = prefix + BATCH_TAG
-        self._producer_prefix = prefix + PRODUCER_TAG
-        self._aborted_prefix = prefix + ABORTED_TAG
+        self._keys = PartitionKeys(prefix, name)
+        self._reader = LogReader(store, self._keys, lambda: self._meta)
         self._meta = LogMeta()
         self._producers = ProducerStateManager()
         self._last_aborted_offset: int | None = None
@@ -162,24 +115,24 @@ class PartitionLog:
     def _load(self) -> None:
         """Read meta and producer state; check the ends of the log and the index agree with meta."""
         db = self._store.db
-        if db.get(self._restore_key) is not None:
+        if db.get(self._keys.restore) is not None:
             raise StorageCorruptionError(
                 f"{self.name}: a snapshot restore was interrupted; destroy the partition "
                 "and let Raft install a snapshot again"
             )
-        raw = db.get(self._meta_key)
+        raw = db.get(self._keys.meta)
         recorded = True
         if raw is None:
-            for key, _value in self._store.iter_prefix(self._prefix):
+            for key, _value in self._store.iter_prefix(self._keys.prefix):
                 raise StorageCorruptionError(f"{self.name}: key {key!r} exists but meta is missing")
             meta = LogMeta()
         else:
             meta, recorded = decode_meta(raw, where=f"{self.name} meta")
         entries = []
-        for key, value in self._store.iter_prefix(self._producer_prefix):
+        for key, value in self._store.iter_prefix(self._keys.producer_prefix):
             where = f"{self.name} producer entry {key!r}"
             entry = decode_entry(value, where=where)
-            if key != self._producer_key(entry.producer_id):
+            if key != self._keys.producer(entry.producer_id):
                 raise StorageCorruptionError(f"{where}: holds producer {entry.producer_id}")
             first = entry.current_txn_first_offset
             if first is not None and first >= meta.next_offset:
@@ -199,8 +152,8 @@ class PartitionLog:
         self._meta = replace(meta, first_unstable_offset=first_unstable)
 
     def _last_aborted_entry(self, meta: LogMeta) -> AbortedTxn | None:
-        for entry in self._iter_aborted(
-            self._store.iter_range(self._aborted_prefix, self._batch_prefix, backwards=True)
+        for entry in self._keys.iter_aborted(
+            self._store.iter_range(self._keys.aborted_prefix, self._keys.batch_prefix, backwards=True)
         ):
             if entry.last_offset >= meta.next_offset:
                 raise StorageCorruptionError(
@@ -210,8 +163,8 @@ class PartitionLog:
         return None
 
     def _check_ends(self, meta: LogMeta) -> None:
-        first = self._edge_batch(backwards=False)
-        last = self._edge_batch(backwards=True)
+        first = self._reader.edge_batch(backwards=False)
+        last = self._reader.edge_batch(backwards=True)
         if meta.batch_count == 0:
             if first is not None:
                 raise StorageCorruptionError(f"{self.name}: meta says empty, found a batch")
@@ -227,35 +180,6 @@ class PartitionLog:
                 f"{self.name}: first batch [{first.base_offset}, {first.last_offset}] does not "
                 f"hold the log start offset {meta.log_start_offset}"
             )
-
-    def _edge_batch(self, *, backwards: bool) -> StoredBatch | None:
-        edges = self._store.iter_range(self._batch_prefix, self._batch_key_upper(), backwards=backwards)
-        for key, value in edges:
-            return self._decode_batch(key, value)
-        return None
-
-    # -- keys -----------------------------------------------------------------------
-
-    def _batch_key(self, offset: int) -> bytes:
-        return self._prefix + offset_key_suffix(BATCH_TAG, offset)
-
-    def _batch_key_upper(self) -> bytes:
-        return self._prefix + bytes((BATCH_TAG[0] + 1,))
-
-    def _producer_key(self, producer_id: int) -> bytes:
-        return self._prefix + offset_key_suffix(PRODUCER_TAG, producer_id)
-
-    def _aborted_key(self, last_offset: int) -> bytes:
-        return self._prefix + offset_key_suffix(ABORTED_TAG, last_offset)
-
-    def _decode_batch(self, key: bytes, value: bytes) -> StoredBatch:
-        (base,) = _U64.unpack_from(key, len(self._batch_prefix))
-        return decode_stored_batch(value, base_offset=base, where=f"{self.name} batch {base}")
-
-    def _iter_aborted(self, pairs: Iterator[tuple[bytes, bytes]]) -> Iterator[AbortedTxn]:
-        for key, value in pairs:
-            (last,) = _U64.unpack_from(key, len(self._aborted_prefix))
-            yield decode_aborted_txn(value, last_offset=last, where=f"{self.name} aborted txn {last}")
 
     # -- published state (any thread) ----------------------------------------------
 
@@ -410,7 +334,7 @@ class PartitionLog:
 
     def _record_index(self, index: int) -> None:
         meta = replace(self._meta, last_applied=index)
-        self._store.put(self._meta_key, encode_meta(meta))
+        self._store.put(self._keys.meta, encode_meta(meta))
         self._meta = meta
 
     def _apply_append(self, index: int, cmd: AppendCommand) -> ApplyResult:
@@ -452,18 +376,18 @@ class PartitionLog:
             first_unstable_offset=first_unstable,
         )
         wb.put(
-            self._batch_key(base),
+            self._keys.batch(base),
             b"".join((encode_stored_batch_header(base, cmd.log_append_time), cmd.batch)),
         )
         if entry is not None:
-            wb.put(self._producer_key(entry.producer_id), encode_entry(entry))
+            wb.put(self._keys.producer(entry.producer_id), encode_entry(entry))
         return new_meta, AppendResult(base, last, cmd.log_append_time, False)
 
     def _commit(
         self, wb: WriteBatch, new_meta: LogMeta, entry: ProducerStateEntry | None, aborted: AbortedTxn | None = None
     ) -> None:
         """Write ``wb`` with ``new_meta``, then publish: readers must never see an HW ahead of RocksDB."""
-        wb.put(self._meta_key, encode_meta(new_meta))
+        wb.put(self._keys.meta, encode_meta(new_meta))
         self._store.write(wb)
         if entry is not None:
             self._producers.update(entry)
@@ -522,13 +446,13 @@ class PartitionLog:
                 batch_count=meta.batch_count + 1,
                 first_unstable_offset=self._producers.first_unstable_offset(without=pid),
             )
-            wb.put(self._batch_key(offset), encode_stored_batch_header(offset, cmd.timestamp_ms) + batch)
+            wb.put(self._keys.batch(offset), encode_stored_batch_header(offset, cmd.timestamp_ms) + batch)
             if cmd.control_type is ControlType.ABORT:
                 aborted = next_aborted_txn(
                     self._last_aborted_offset, AbortedTxn(pid, first, offset, new_meta.last_stable_offset)
                 )
-                wb.put(self._aborted_key(offset), encode_aborted_txn(aborted))
-        wb.put(self._producer_key(pid), encode_entry(outcome.entry))
+                wb.put(self._keys.aborted(offset), encode_aborted_txn(aborted))
+        wb.put(self._keys.producer(pid), encode_entry(outcome.entry))
         return new_meta, aborted, TxnMarkerResult(cmd.control_type, offset, first, cmd.timestamp_ms)
 
     def _apply_carried_append(self, index: int, cmd: CarriedAppendCommand) -> ApplyResult:
@@ -577,7 +501,7 @@ class PartitionLog:
 
     def _delete_aborted_below(self, wb: WriteBatch, log_start_offset: int) -> None:
         """Drop index entries of transactions wholly below the log start (their batches are gone)."""
-        wb.delete_range(self._aborted_key(0), self._aborted_key(log_start_offset))
+        wb.delete_range(self._keys.aborted(0), self._keys.aborted(log_start_offset))
 
     def _apply_retention(self, index: int, cmd: RetentionCommand) -> RetentionResult:
         meta = self._meta
@@ -585,8 +509,8 @@ class PartitionLog:
         size, count, start = meta.size_bytes, meta.batch_count, meta.log_start_offset
         deleted_bytes = 0
         wb = self._store.new_batch()
-        for key, value in self._store.iter_prefix(self._batch_prefix):
-            batch = self._decode_batch(key, value)
+        for key, value in self._store.iter_prefix(self._keys.batch_prefix):
+            batch = self._keys.decode_batch(key, value)
             by_time = cmd.retention_ms >= 0 and max(batch.header.max_timestamp, 0) < cutoff
             # The newest batch is never deleted for size: it is the active one.
             by_size = cmd.retention_bytes >= 0 and size > cmd.retention_bytes and count > 1
@@ -602,7 +526,7 @@ class PartitionLog:
         # Entries with an open transaction never expire: that would unpin the LSO.
         expired = self._producers.expired(cmd.now_ms, cmd.producer_expiration_ms)
         for pid in expired:
-            wb.delete(self._producer_key(pid))
+            wb.delete(self._keys.producer(pid))
         new_meta = replace(
             meta,
             log_start_offset=start,
@@ -611,7 +535,7 @@ class PartitionLog:
             batch_count=count,
             expired_producers=meta.expired_producers + len(expired),
         )
-        wb.put(self._meta_key, encode_meta(new_meta))
+        wb.put(self._keys.meta, encode_meta(new_meta))
         self._store.write(wb)
         for pid in expired:
             self._producers.remove(pid)
@@ -635,8 +559,8 @@ class PartitionLog:
             return RetentionResult(meta.log_start_offset, 0, 0)
         size, count, deleted_bytes = meta.size_bytes, meta.batch_count, 0
         wb = self._store.new_batch()
-        for key, value in self._store.iter_prefix(self._batch_prefix):
-            batch = self._decode_batch(key, value)
+        for key, value in self._store.iter_prefix(self._keys.batch_prefix):
+            batch = self._keys.decode_batch(key, value)
             if batch.last_offset >= target:
                 break
             wb.delete(key)
@@ -645,125 +569,34 @@ class PartitionLog:
             count -= 1
         self._delete_aborted_below(wb, target)
         new_meta = replace(meta, log_start_offset=target, last_applied=index, size_bytes=size, batch_count=count)
-        wb.put(self._meta_key, encode_meta(new_meta))
+        wb.put(self._keys.meta, encode_meta(new_meta))
         self._store.write(wb)
         self._meta = new_meta
         return RetentionResult(target, meta.batch_count - count, deleted_bytes)
 
-    # -- reads (any thread) -----------------------------------------------------------
+    # -- reads (any thread; storage.log_reader) ----------------------------------------
 
     def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> list[StoredBatch]:
-        """Batches overlapping ``[offset, min(upper_bound, HW))``, oldest first.
-
-        The first batch is returned even when it is larger than ``max_bytes``
-        (so a consumer always makes progress, as in Kafka); later batches only
-        while the total stays within ``max_bytes``. ``offset == HW`` gives [].
-        Raises ``BrokerError(OFFSET_OUT_OF_RANGE)`` for an offset below the log
-        start or above the HW, ``BrokerError(CORRUPT_MESSAGE)`` for bad bytes.
-        """
-        meta = self._meta
-        self._check_fetch_offset(offset, meta)
-        end = meta.next_offset if upper_bound is None else min(upper_bound, meta.next_offset)
-        if offset >= end:
-            return []
-        return self._read_batches(self._store.view(self._batch_key(end)), offset, max_bytes, end)
+        """Batches overlapping ``[offset, min(upper_bound, HW))``, oldest first (``LogReader.read``)."""
+        return self._reader.read(offset, max_bytes, upper_bound)
 
     def fetch(self, offset: int, max_bytes: int, *, read_committed: bool = False) -> LogReadInfo:
-        """A consumer fetch: ``read`` bounded by the HW, or by the LSO for read_committed.
-
-        read_committed also answers the aborted transactions overlapping the
-        returned batches (``aborted_transactions``), read through the same
-        point-in-time view as the batches. An offset at or past the LSO (but
-        within the log) gives no batches, as in Kafka. Errors as ``read``.
-        """
-        meta = self._meta
-        self._check_fetch_offset(offset, meta)
-        lso = meta.last_stable_offset
-        end = lso if read_committed else meta.next_offset
-        batches: list[StoredBatch] = []
-        aborted: list[tuple[int, int]] = []
-        if offset < end:
-            view = self._store.view(self._batch_key(end))
-            batches = self._read_batches(view, offset, max_bytes, end)
-            if read_committed:
-                found = self._collect_aborted(view, offset, batches[-1].last_offset + 1)
-                aborted = [(e.producer_id, e.first_offset) for e in found]
-        return LogReadInfo(meta.next_offset, lso, meta.log_start_offset, end, batches, aborted)
+        """A consumer fetch bounded by the HW, or by the LSO for read_committed (``LogReader.fetch``)."""
+        return self._reader.fetch(offset, max_bytes, read_committed=read_committed)
 
     def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
-        """Index entries with ``last_offset >= fetch_offset`` and ``first_offset < upper_bound_offset``.
-
-        Kafka's ``collectAbortedTxns``, in ``last_offset`` order. Raises
-        ``BrokerError(CORRUPT_MESSAGE)`` for an entry that fails its checks.
-        """
-        return self._collect_aborted(self._store.view(self._batch_prefix), fetch_offset, upper_bound_offset)
-
-    def _collect_aborted(self, view: StoreView, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
-        pairs = view.range(self._aborted_key(max(fetch_offset, 0)), self._batch_prefix)
-        try:
-            return collect_aborted(self._iter_aborted(pairs), fetch_offset, upper_bound_offset)
-        except StorageCorruptionError as exc:
-            raise BrokerError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc
-
-    def _check_fetch_offset(self, offset: int, meta: LogMeta) -> None:
-        if offset < meta.log_start_offset or offset > meta.next_offset:
-            raise self._out_of_range(offset, meta)
-
-    def _read_batches(self, view: StoreView, offset: int, max_bytes: int, end: int) -> list[StoredBatch]:
-        """Batches overlapping ``[offset, end)`` (``offset < end``) as ``read`` describes."""
-        batches = view.range(self._batch_prefix, self._batch_key(end), floor=self._batch_key(offset))
-        out: list[StoredBatch] = []
-        total = 0
-        for key, value in batches:
-            if out and total + len(value) - STORED_HEADER_SIZE > max_bytes:
-                break  # checked before decoding: a batch we do not return is not verified
-            try:
-                batch = self._decode_batch(key, value)
-            except StorageCorruptionError as exc:
-                raise BrokerError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc
-            if batch.last_offset < offset:
-                continue
-            if not out and batch.base_offset > offset:
-                break  # the batch holding `offset` is gone: reported below
-            out.append(batch)
-            total += len(batch.data)
-        if not out:
-            current = self._meta
-            if offset < current.log_start_offset:
-                raise self._out_of_range(offset, current)  # retention won the race
-            raise BrokerError(
-                ErrorCode.CORRUPT_MESSAGE,
-                f"{self.name}: no batch holds offset {offset} "
-                f"(log start {current.log_start_offset}, HW {current.next_offset})",
-            )
-        return out
-
-    def _out_of_range(self, offset: int, meta: LogMeta) -> BrokerError:
-        return BrokerError(
-            ErrorCode.OFFSET_OUT_OF_RANGE,
-            f"{self.name}: offset {offset} is outside [{meta.log_start_offset}, {meta.next_offset}]",
-            log_start_offset=meta.log_start_offset,
-            high_watermark=meta.next_offset,
-        )
+        """Index entries overlapping ``[fetch_offset, upper_bound_offset)`` (``LogReader.aborted_transactions``)."""
+        return self._reader.aborted_transactions(fetch_offset, upper_bound_offset)
 
     def oldest_batch_max_timestamp(self) -> int | None:
         """Max timestamp of the oldest stored batch (None when empty), for retention."""
-        try:
-            first = self._edge_batch(backwards=False)
-        except StorageCorruptionError as exc:
-            raise BrokerError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc
-        return None if first is None else first.header.max_timestamp
+        return self._reader.oldest_batch_max_timestamp()
 
-    # -- snapshots and lifecycle (Raft thread) --------------------------------------------
+    # -- snapshots and lifecycle (Raft thread; stream format in storage.log_snapshot) -------------
 
     def write_snapshot(self, out: BinaryIO) -> None:
-        """Every key of this partition (relative to the prefix) plus ``last_applied``.
-
-        Layout: ``b"TXPL" | version u8 | last_applied i64`` then
-        ``(key_len u32 | value_len u32 | key | value)*`` then ``0xFFFFFFFF``.
-        Keys are stored without the prefix, so a snapshot restores under any prefix.
-        """
-        self._write_pairs(out, self._meta.last_applied, self._store.iter_prefix(self._prefix))
+        """Every key of this partition (relative to the prefix) plus ``last_applied``."""
+        write_snapshot(out, self._keys, self._meta.last_applied, self._store.iter_prefix(self._keys.prefix))
 
     def make_durable(self) -> None:
         """Every applied entry survives a machine crash (``DurableStateMachine``)."""
@@ -775,26 +608,7 @@ class PartitionLog:
         The state index is the view's own ``last_applied`` (read from the meta
         key through the same view), so header and pairs agree.
         """
-        view = self._store.view(self._prefix_end())
-        last_applied = 0
-        for _key, value in view.range(self._meta_key, self._meta_key + b"\x00"):
-            last_applied = decode_meta(value, where=f"{self.name} meta")[0].last_applied
-        pairs = view.range(self._prefix, self._prefix_end())
-
-        def write(out: BinaryIO) -> None:
-            self._write_pairs(out, last_applied, pairs)
-
-        return last_applied, write
-
-    def _write_pairs(self, out: BinaryIO, last_applied: int, pairs: Iterator[tuple[bytes, bytes]]) -> None:
-        out.write(_SNAPSHOT_HEAD.pack(_SNAPSHOT_MAGIC, _SNAPSHOT_VERSION, last_applied))
-        plen = len(self._prefix)
-        for key, value in pairs:
-            suffix = key[plen:]
-            out.write(_PAIR_HEAD.pack(len(suffix), len(value)))
-            out.write(suffix)
-            out.write(value)
-        out.write(struct.pack(">I", _END_OF_PAIRS))
+        return consistent_snapshot(self._store, self._keys)
 
     def read_snapshot(self, inp: BinaryIO, last_applied: int) -> None:
         """Replace this partition's state with a ``write_snapshot`` stream.
@@ -802,65 +616,16 @@ class PartitionLog:
         Raises ``StorageCorruptionError`` for a malformed stream; the partition
         is then marked as an interrupted restore until the next successful one.
         """
-        magic, version, _snap_applied = _SNAPSHOT_HEAD.unpack(_read_exact(inp, _SNAPSHOT_HEAD.size, self.name))
-        if magic != _SNAPSHOT_MAGIC or version != _SNAPSHOT_VERSION:
-            raise StorageCorruptionError(f"{self.name}: not a partition snapshot (v{version})")
+        check_snapshot_header(inp, self.name)
         self._meta = LogMeta(last_applied=self._meta.last_applied)
         self._producers.clear()
         self._last_aborted_offset = None
-        wb = self._store.new_batch()
-        wb.delete_range(self._prefix, self._prefix_end())
-        wb.put(self._restore_key, b"")
-        self._store.write(wb)
-        wb = self._store.new_batch()
-        pending = 0
-        meta_value: bytes | None = None
-        open_firsts: list[int] = []
-        while True:
-            (klen,) = struct.unpack(">I", _read_exact(inp, 4, self.name))
-            if klen == _END_OF_PAIRS:
-                break
-            (vlen,) = struct.unpack(">I", _read_exact(inp, 4, self.name))
-            suffix = _read_exact(inp, klen, self.name)
-            value = _read_exact(inp, vlen, self.name)
-            if suffix == META_TAG:
-                meta_value = value
-                continue
-            if suffix[:1] not in (BATCH_TAG, PRODUCER_TAG, ABORTED_TAG):
-                raise StorageCorruptionError(f"{self.name}: snapshot holds unknown key {suffix!r}")
-            if suffix[:1] == PRODUCER_TAG:
-                txn_first = decode_entry(value, where=f"{self.name} snapshot entry").current_txn_first_offset
-                if txn_first is not None:
-                    open_firsts.append(txn_first)
-            wb.put(self._prefix + suffix, value)
-            pending += klen + vlen
-            if pending >= _RESTORE_BATCH_BYTES:
-                self._store.write(wb)
-                wb, pending = self._store.new_batch(), 0
-        meta, recorded = LogMeta(), True
-        if meta_value is not None:
-            meta, recorded = decode_meta(meta_value, where=f"{self.name} snapshot meta")
-        if not recorded:  # a version-1 meta: derive what it predates (the load checks it)
-            meta = replace(meta, first_unstable_offset=min(open_firsts, default=None))
-        wb.put(self._meta_key, encode_meta(replace(meta, last_applied=last_applied)))
-        wb.delete(self._restore_key)
-        self._store.write(wb)
+        restore_snapshot(self._store, self._keys, inp, last_applied)
         self._load()
-
-    def _prefix_end(self) -> bytes:
-        # Our keys are prefix + one tag byte (+ u64), all tags < 0xff.
-        return self._prefix + b"\xff"
 
     def destroy(self) -> None:
         """Delete every key of this partition (its topic was deleted)."""
-        self._store.delete_prefix(self._prefix)
+        self._store.delete_prefix(self._keys.prefix)
         self._producers.clear()
         self._last_aborted_offset = None
         self._meta = LogMeta()
-
-
-def _read_exact(inp: BinaryIO, n: int, name: str) -> bytes:
-    data = inp.read(n)
-    if len(data) != n:
-        raise StorageCorruptionError(f"{name}: snapshot truncated")
-    return data

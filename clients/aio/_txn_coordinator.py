@@ -9,6 +9,10 @@ COORDINATOR_LOAD_IN_PROGRESS around a leader change, transport errors) are
 retried with backoff until the caller's deadline; a lookup is repeated after
 every answer that says the coordinator moved.
 
+The typed calls below (InitProducerId, AddOffsetsToTxn, TxnOffsetCommit,
+EndTxn, Prepare, and the release of unused carried-marker tokens) build each
+request body and parse its answer; the caller owns the transaction state.
+
 Event-loop only; no state besides the coordinator cache.
 """
 
@@ -18,12 +22,13 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from ..protocol import BrokerError, ErrorCode
-from ..records import OffsetAndMetadata, TopicPartition
+from ..protocol import BrokerError, ErrorCode, decode_token, encode_token
+from ..records import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from ._idempotence import ProducerIdAndEpoch
 from ._metadata import MetadataCache
 from ._session import HttpSession
 
@@ -126,6 +131,92 @@ class CoordinatorClient:
             attempt += 1
             pause *= 0.8 + 0.4 * self._rng.random()
             await asyncio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+
+    # ---- the transactional requests (kafka_txn.md §4.3, TV2) ----------------------------------------
+
+    async def init_producer_id(
+        self, transactional_id: str, transaction_timeout_ms: int, deadline: float
+    ) -> ProducerIdAndEpoch:
+        """InitProducerId for ``transactional_id`` at its transaction coordinator: the fencing identity."""
+        body = {"transactional_id": transactional_id, "transaction_timeout_ms": transaction_timeout_ms}
+        res = await self.call(
+            "transaction", transactional_id, "/v1/producers/init", body, deadline, "init_transactions"
+        )
+        return ProducerIdAndEpoch(int(res["producer_id"]), int(res["producer_epoch"]))
+
+    async def add_offsets_to_txn(
+        self, transactional_id: str, ident: ProducerIdAndEpoch, group_id: str, deadline: float
+    ) -> None:
+        """AddOffsetsToTxn: the transaction will carry offsets of ``group_id``."""
+        body = {**_ident(ident), "group_id": group_id}
+        path = transaction_path(transactional_id, "offsets")
+        await self.call("transaction", transactional_id, path, body, deadline, "AddOffsetsToTxn")
+
+    async def txn_offset_commit(
+        self,
+        transactional_id: str,
+        ident: ProducerIdAndEpoch,
+        group: ConsumerGroupMetadata,
+        entries: list[dict[str, Any]],
+        deadline: float,
+    ) -> None:
+        """TxnOffsetCommit at the group coordinator; ``entries`` from ``offset_commit_entries``."""
+        body = {
+            "offsets": entries,
+            "transactional_id": transactional_id,
+            **_ident(ident),
+            "generation_id": group.generation_id,
+            "member_id": group.member_id,
+        }
+        path = group_offsets_path(group.group_id)
+        await self.call("group", group.group_id, path, body, deadline, "TxnOffsetCommit")
+
+    async def end_txn(
+        self,
+        transactional_id: str,
+        ident: ProducerIdAndEpoch,
+        *,
+        commit: bool,
+        receipts: Mapping[tuple[str, int], bytes],
+        deadline: float,
+    ) -> tuple[ProducerIdAndEpoch, dict[tuple[str, int], bytes]]:
+        """EndTxn; returns the next transaction's identity and the carried markers' tokens for it.
+
+        ``receipts`` (carried markers, docs/carried-markers.md): what each partition leader answered to the
+        transaction's first batch there; the coordinator turns them into tokens.
+        """
+        body: dict[str, Any] = {**_ident(ident), "commit": commit}
+        body["txn_receipts"] = [{"topic": t, "partition": p, "receipt": encode_token(r)}
+                                for (t, p), r in sorted(receipts.items())]  # fmt: skip
+        what = "commit_transaction" if commit else "abort_transaction"
+        path = transaction_path(transactional_id, "end")
+        res = await self.call("transaction", transactional_id, path, body, deadline, what)
+        tokens = {(str(t["topic"]), int(t["partition"])): decode_token(str(t["token"]), "txn_tokens")
+                  for t in res.get("txn_tokens") or ()}  # fmt: skip
+        return ProducerIdAndEpoch(int(res["producer_id"]), int(res["producer_epoch"])), tokens
+
+    async def prepare_txn(
+        self, transactional_id: str, ident: ProducerIdAndEpoch, group_id: str | None, deadline: float
+    ) -> ProducerIdAndEpoch:
+        """Prepare: the transaction becomes durable for an external coordinator (bound to ``group_id`` if given)."""
+        body: dict[str, Any] = _ident(ident)
+        if group_id is not None:
+            body["group_id"] = group_id
+        path = transaction_path(transactional_id, "prepare")
+        res = await self.call("transaction", transactional_id, path, body, deadline, "prepare_transaction")
+        return ProducerIdAndEpoch(int(res["producer_id"]), int(res["producer_epoch"]))
+
+    async def release_tokens(
+        self, transactional_id: str, ident: ProducerIdAndEpoch, partitions: Iterable[tuple[str, int]], deadline: float
+    ) -> None:
+        """Give back carried-marker tokens no batch used, so those partitions get their markers now."""
+        body = {**_ident(ident), "partitions": [{"topic": t, "partition": p} for t, p in sorted(partitions)]}
+        path = transaction_path(transactional_id, "release")
+        await self.call("transaction", transactional_id, path, body, deadline, "release tokens")
+
+
+def _ident(ident: ProducerIdAndEpoch) -> dict[str, Any]:
+    return {"producer_id": ident.producer_id, "producer_epoch": ident.epoch}
 
 
 def transaction_path(transactional_id: str, action: str) -> str:

@@ -35,46 +35,44 @@ The event loop is never blocked: ``send`` encodes the record and returns a
 future; it suspends only to learn a topic's partitions or when
 ``buffer_memory`` is used up (at most ``max_block_ms``). Not thread-safe: use
 it from the loop it was started on (``clients.Producer`` wraps it for threads).
+
+This class composes the parts and keeps the record path and the
+transactional calls: batching is ``_accumulator``, the requests are
+``_sender``, the waits for memory and ``flush`` are ``_batch_reports``, the
+coordinator requests are ``_txn_coordinator``, and ``commit_and_begin``'s
+background commit is ``_pipelined_commit``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from ..partitioner import partition_for_key
-from ..protocol import (
-    PRODUCE_CONTENT_TYPE,
-    BrokerError,
-    ErrorCode,
-    ProducePartition,
-    ProduceRequest,
-    decode_token,
-    encode_produce_request,
-    encode_token,
-)
+from ..protocol import BrokerError, ErrorCode
 from ..records import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction, RecordMetadata, TopicPartition
-from ._accumulator import METADATA_ERRORS, Outcome, RecordAccumulator
+from ._accumulator import RecordAccumulator
 from ._batch import (
     BATCH_OVERHEAD,
     NO_HEADERS,
     UNKEYED_OVERHEAD,
-    ProducerBatch,
     RecordSink,
     add_callback,
     encode_headers,
     record_size,
 )
-from ._idempotence import IdempotenceManager, ProducerIdState
+from ._batch_reports import BatchReports
+from ._idempotence import IdempotenceManager
 from ._metadata import MetadataCache
+from ._pipelined_commit import PipelinedCommit
+from ._sender import Sender
 from ._session import HttpSession
 from ._transactions import TransactionAbortedError, TransactionManager, TxnState
-from ._txn_coordinator import CoordinatorClient, group_offsets_path, offset_commit_entries, transaction_path
+from ._txn_coordinator import CoordinatorClient, offset_commit_entries
 from .batch_builder import BatchBuilder
 
 __all__ = ["AsyncProducer", "Callback", "Serializer"]
@@ -105,27 +103,6 @@ def _as_bytes(what: str, v: Any) -> bytes | None:
         ErrorCode.INVALID_REQUEST,
         f"{what} must be bytes or None (or configure {what}_serializer), got {type(v).__name__}",
     )
-
-
-class _Settable(Protocol):
-    """What an asyncio or a concurrent.futures future offers to be completed."""
-
-    def done(self) -> bool: ...
-    def cancel(self) -> bool: ...
-    def set_result(self, result: None, /) -> None: ...
-    def set_exception(self, exception: BaseException, /) -> None: ...
-
-
-def copy_outcome(src: asyncio.Future[None], dst: _Settable) -> None:
-    """Complete ``dst`` as ``src`` (done) completed: result, exception or cancellation."""
-    if dst.done():
-        return
-    if src.cancelled():
-        dst.cancel()
-    elif (exc := src.exception()) is not None:
-        dst.set_exception(exc)
-    else:
-        dst.set_result(None)
 
 
 class AsyncProducer:
@@ -201,7 +178,6 @@ class AsyncProducer:
         self._max_block_s = max_block_ms / 1000
         self._retry_backoff_s = retry_backoff_ms / 1000
         self._rewrites = {k.rstrip("/"): v.rstrip("/") for k, v in (url_rewrites or {}).items()}
-        self._on_release = _on_release
         self._session = HttpSession(request_timeout_ms=request_timeout_ms)
         self._metadata = MetadataCache(self._session, bootstrap, metadata_max_age_ms=metadata_max_age_ms)
         self._idem = IdempotenceManager(enabled=enable_idempotence, transactional=transactional_id is not None)
@@ -222,24 +198,31 @@ class AsyncProducer:
             retry_backoff_s=retry_backoff_ms / 1000,
             retries=retries,
             max_request_size=max_request_size,
-            on_report=self._on_report,
+            on_report=lambda batch: self._reports.reported(batch),
             request_overhead=len(transactional_id.encode()) if transactional_id is not None else 0,
         )
-        self._wake = asyncio.Event()
-        self._init_done = asyncio.Event()  # an InitProducerId attempt sequence ended (id or fatal error)
-        self._memory_freed = asyncio.Event()
-        self._requests_idle = asyncio.Event()
-        self._flush_waiters: list[tuple[set[ProducerBatch], asyncio.Future[None]]] = []
-        self._sender: asyncio.Task[None] | None = None
+        self._sender = Sender(
+            self._acc,
+            self._idem,
+            self._txn,
+            self._session,
+            self._metadata,
+            acks=self._acks,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_s=self._retry_backoff_s,
+            rewrite=self._rewrite,
+        )
+        self._wake = self._sender.wake
+        self._pipelined = PipelinedCommit(self._acc, self._wake)
+        self._reports = BatchReports(
+            self._acc,
+            buffer_memory=buffer_memory,
+            max_block_s=self._max_block_s,
+            wake=self._wake,
+            on_release=_on_release,
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._metadata_task: asyncio.Task[None] | None = None
-        self._init_task: asyncio.Task[None] | None = None
-        self._pipelined: asyncio.Task[None] | None = None  # commit_and_begin's commit, until it ends
         self._closed = False
-        self._internal_error: BrokerError | None = None
-        self._errors: dict[str, int] = {}
-        self.requests_sent = 0
 
     # ---- public API --------------------------------------------------------------------------
 
@@ -251,6 +234,11 @@ class AsyncProducer:
     def producer_epoch(self) -> int:
         return self._idem.current.epoch
 
+    @property
+    def requests_sent(self) -> int:
+        """Produce requests made so far."""
+        return self._sender.requests_sent
+
     async def start(self) -> None:
         """Start the sender and (idempotent mode) wait for a producer id, at most ``max_block_ms``.
 
@@ -261,9 +249,7 @@ class AsyncProducer:
             return
         try:
             async with asyncio.timeout(self._max_block_s):
-                while self._idem.state is ProducerIdState.UNINITIALIZED:
-                    self._init_done.clear()
-                    await self._init_done.wait()
+                await self._sender.wait_for_producer_id()
         except TimeoutError as exc:
             raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, "no producer id within max_block_ms") from exc
         self._raise_if_fatal()
@@ -304,17 +290,17 @@ class AsyncProducer:
                 batch.append_unkeyed(time.time_ns() // 1_000_000, value, NO_HEADERS, fut)
                 if acc.appended_to_open(batch, nbytes):
                     if acc.window_open(topic, batch.partition):
-                        self._wake.set()
+                        self._wake()
                     await asyncio.sleep(0)  # a batch filled up: let the sender ship it
                 return fut
         kb, vb, hb, nbytes = self.serialize(key, value, headers)
-        if self._sender is None:
+        if self._loop is None:
             self.ensure_started()
         n = self._metadata.cached_partition_count(topic)
         if not n:
             n = await self._wait_for_topic(topic)
-        if self._acc.buffered_bytes + nbytes > self._buffer_memory and self._acc.buffered_bytes > 0:
-            await self._wait_for_memory(nbytes)
+        if self._reports.lacks_room(nbytes):
+            await self._reports.wait_for_room(nbytes, self.check_open)
         assert self._loop is not None
         fut = self._loop.create_future()
         if callback is not None:
@@ -345,8 +331,8 @@ class AsyncProducer:
         if not 0 <= partition < n:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has {n} partitions, not {partition}")
         nbytes = batch.size() - BATCH_OVERHEAD
-        if nbytes and self._acc.buffered_bytes + nbytes > self._buffer_memory and self._acc.buffered_bytes > 0:
-            await self._wait_for_memory(nbytes)
+        if nbytes and self._reports.lacks_room(nbytes):
+            await self._reports.wait_for_room(nbytes, self.check_open)
         self.check_open()
         pb = batch.take()  # last: a send_batch refused up to here leaves the batch to the caller
         assert self._loop is not None
@@ -354,7 +340,7 @@ class AsyncProducer:
         pb.assign(topic, partition, self._loop.time(), fut)
         self._acc.append_batch(pb)
         if self._acc.window_open(topic, partition):
-            self._wake.set()
+            self._wake()
         return fut
 
     async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> RecordMetadata:
@@ -370,30 +356,8 @@ class AsyncProducer:
         During a pipelined commit it first waits for that commit (the records
         sent since are held until it ends).
         """
-        await self._settle_pipelined()
-        await self._flush(timeout)
-
-    async def _flush(self, timeout: float | None, *, held: bool = True) -> None:
-        """``flush``; ``held=False`` (a pipelined commit's own flush) leaves out the next transaction's batches."""
-        pending = set(self._acc.unreported(held=held))
-        if not pending:
-            return
-        assert self._loop is not None
-        fut: asyncio.Future[None] = self._loop.create_future()
-        waiter = (pending, fut)
-        self._flush_waiters.append(waiter)
-        self._acc.flushing += 1
-        self._wake.set()
-        try:
-            async with asyncio.timeout(timeout):
-                await fut
-        except TimeoutError as exc:
-            raise BrokerError(
-                ErrorCode.REQUEST_TIMED_OUT, f"flush: {len(pending)} batch(es) not done within {timeout}s"
-            ) from exc
-        finally:
-            self._acc.flushing -= 1
-            self._flush_waiters.remove(waiter)
+        await self._pipelined.settle()
+        await self._reports.flush(timeout)
 
     async def close(self, timeout: float | None = None) -> None:
         """Stop accepting records, deliver what is queued, release every resource.
@@ -404,15 +368,15 @@ class AsyncProducer:
         """
         if self._closed:
             return
-        await self._settle_pipelined(timeout)  # its held batches are sent or failed first
+        await self._pipelined.settle(timeout)  # its held batches are sent or failed first
         self._closed = True
         self._acc.closing = True
-        self._wake.set()
+        self._wake()
         try:
-            if self._sender is not None:
+            if self._loop is not None:
                 try:
                     async with asyncio.timeout(timeout):
-                        await asyncio.shield(self._sender)
+                        await self._sender.join()
                 except TimeoutError:
                     self._acc.abort_incomplete(f"producer closed after {timeout}s with the batch unacknowledged")
             release = self._release_unused_tokens() if self._loop is not None else None
@@ -421,10 +385,7 @@ class AsyncProducer:
                     async with asyncio.timeout(min(5.0, timeout if timeout is not None else 5.0)):
                         await asyncio.shield(release)
         finally:
-            tasks = [t for t in (self._sender, self._metadata_task, self._init_task, *self._tasks) if t is not None]
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._sender.stop()
             self._acc.abort_incomplete("producer closed")
             await self._session.close()
 
@@ -455,11 +416,9 @@ class AsyncProducer:
         with contextlib.suppress(BrokerError, TimeoutError):  # learn every node's URL: lookups survive a dead bootstrap
             async with asyncio.timeout(max(0.0, deadline - time.monotonic()) / 2):
                 await self._metadata.refresh()
-        tid = txn.transactional_id
-        body = {"transactional_id": tid, "transaction_timeout_ms": self.transaction_timeout_ms}
         try:
-            res = await self._coordinators.call(
-                "transaction", tid, "/v1/producers/init", body, deadline, "init_transactions"
+            ident = await self._coordinators.init_producer_id(
+                txn.transactional_id, self.transaction_timeout_ms, deadline
             )
         except BrokerError as exc:
             if exc.error_code in (ErrorCode.PRODUCER_FENCED, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED):
@@ -469,9 +428,9 @@ class AsyncProducer:
         except asyncio.CancelledError:
             txn.init_failed()
             raise
-        txn.initialized(int(res["producer_id"]), int(res["producer_epoch"]))
+        txn.initialized(ident.producer_id, ident.epoch)
         self._acc.reset_after_transaction()
-        self._wake.set()
+        self._wake()
 
     def begin_transaction(self) -> None:
         """Open a transaction locally; the coordinator learns of it with its first batch or offsets."""
@@ -485,7 +444,7 @@ class AsyncProducer:
         ``REQUEST_TIMED_OUT`` when ``timeout`` passes first -- the commit may
         then still happen: call ``commit_transaction`` again to finish it.
         """
-        await self._settle_pipelined()
+        await self._pipelined.settle()
         txn = self._txn_manager()
         txn.begin_end(TxnState.COMMITTING)
         deadline = self._deadline(timeout)
@@ -511,56 +470,19 @@ class AsyncProducer:
         for a pending pipelined commit first; a second ``commit_and_begin``
         does too. docs/pipelined-commit.md.
         """
-        await self._settle_pipelined()
+        await self._pipelined.settle()
         txn = self._txn_manager()
         txn.begin_pipelined_commit()
         self.ensure_started()
-        self._acc.hold_new_batches()
-        self._wake.set()
         assert self._loop is not None
-        outcome: asyncio.Future[None] = self._loop.create_future()
-        # An outcome nobody awaits must not be logged as lost: the state the failure leaves raises it anyway.
-        outcome.add_done_callback(lambda f: f.cancelled() or f.exception())
-        task = self._loop.create_task(self._pipelined_commit(txn, self._deadline(timeout)))
-        self._pipelined = task
+        deadline = self._deadline(timeout)
 
-        def settled(t: asyncio.Task[None]) -> None:
-            if self._pipelined is t:
-                self._pipelined = None
-            copy_outcome(t, outcome)
-
-        task.add_done_callback(settled)
-        return outcome
-
-    async def _pipelined_commit(self, txn: TransactionManager, deadline: float) -> None:
-        try:
-            await self._flush(max(0.0, deadline - time.monotonic()), held=False)
+        async def commit() -> None:
+            await self._reports.flush(max(0.0, deadline - time.monotonic()), held=False)
             txn.raise_if_abortable()
             await self._end_transaction(txn, deadline, commit=True)
-        except BaseException as exc:
-            txn.pipelined_commit_unsettled()  # a timeout: commit_transaction finishes it (never an abort)
-            code = exc.error_code.name if isinstance(exc, BrokerError) else type(exc).__name__
-            self._acc.fail_held(
-                TransactionAbortedError(f"{txn.transactional_id}: the transaction before it did not commit ({code})")
-            )
-            self._wake.set()
-            raise
-        self._acc.release_held()
-        self._wake.set()
 
-    async def _settle_pipelined(self, timeout: float | None = None) -> None:
-        """Wait until a pending pipelined commit has ended, whatever its outcome (its state tells).
-
-        With ``timeout`` (``close``) it is cancelled when that passes first: its outcome stays unknown
-        and its held records fail unsent.
-        """
-        task = self._pipelined
-        if task is None:
-            return
-        done, _ = await asyncio.wait({task}, timeout=timeout)
-        if not done:
-            task.cancel()
-            await asyncio.wait({task})
+        return self._pipelined.start(self._loop, txn, commit)
 
     async def abort_transaction(self, timeout: float | None = None) -> None:
         """Fail the records not sent yet, wait for those in flight, then EndTxn(abort).
@@ -568,7 +490,7 @@ class AsyncProducer:
         The unsent records' futures fail with ``TransactionAbortedError``
         (``TRANSACTION_ABORTABLE``). After ``REQUEST_TIMED_OUT`` call it again.
         """
-        await self._settle_pipelined()
+        await self._pipelined.settle()
         txn = self._txn_manager()
         txn.begin_end(TxnState.ABORTING)
         deadline = self._deadline(timeout)
@@ -586,28 +508,22 @@ class AsyncProducer:
         bound to that commit group and only the group's decision ends it.
         This producer may then only be closed or ``init_transactions``'d again.
         """
-        await self._settle_pipelined()
+        await self._pipelined.settle()
         txn = self._txn_manager()
         txn.begin_end(TxnState.PREPARING)
         deadline = self._deadline(timeout)
         await self.flush(max(0.0, deadline - time.monotonic()))
         txn.raise_if_abortable()
-        await self._wait_requests_idle(deadline)
-        cur = self._idem.current
-        body: dict[str, Any] = {"producer_id": cur.producer_id, "producer_epoch": cur.epoch}
-        if group_id is not None:
-            body["group_id"] = group_id
+        await self._sender.wait_requests_idle(deadline)
         tid = txn.transactional_id
         try:
-            res = await self._coordinators.call(
-                "transaction", tid, transaction_path(tid, "prepare"), body, deadline, "prepare_transaction"
-            )
+            ident = await self._coordinators.prepare_txn(tid, self._idem.current, group_id, deadline)
         except BrokerError as exc:
             if exc.retriable:
                 raise  # outcome unknown: call prepare_transaction again (or abort_transaction)
             raise txn.end_rejected(exc) from exc
         txn.prepared()
-        return PreparedTransaction(tid, int(res["producer_id"]), int(res["producer_epoch"]))
+        return PreparedTransaction(tid, ident.producer_id, ident.epoch)
 
     async def send_offsets_to_transaction(
         self,
@@ -623,7 +539,7 @@ class AsyncProducer:
         member (KIP-447: ``ILLEGAL_GENERATION``/``UNKNOWN_MEMBER_ID``). Any
         failure leaves the transaction abortable (fenced: fatal).
         """
-        await self._settle_pipelined()  # the next transaction's identity comes with the previous commit's end
+        await self._pipelined.settle()  # the next transaction's identity comes with the previous commit's end
         txn = self._txn_manager()
         txn.check_offsets()
         group = group_id if isinstance(group_id, ConsumerGroupMetadata) else ConsumerGroupMetadata(group_id)
@@ -632,26 +548,13 @@ class AsyncProducer:
         entries = offset_commit_entries(offsets)
         deadline = self._deadline(timeout)
         tid = txn.transactional_id
-        cur = self._idem.current
-        ident = {"producer_id": cur.producer_id, "producer_epoch": cur.epoch}
+        ident = self._idem.current
         try:
             if group.group_id not in txn.offset_groups:
                 # Counted before the call: if its answer is lost the coordinator may know the txn (EndTxn needed).
                 txn.offset_groups.add(group.group_id)
-                await self._coordinators.call(
-                    "transaction", tid, transaction_path(tid, "offsets"), {**ident, "group_id": group.group_id},
-                    deadline, "AddOffsetsToTxn",
-                )  # fmt: skip
-            body = {
-                "offsets": entries,
-                "transactional_id": tid,
-                **ident,
-                "generation_id": group.generation_id,
-                "member_id": group.member_id,
-            }
-            await self._coordinators.call(
-                "group", group.group_id, group_offsets_path(group.group_id), body, deadline, "TxnOffsetCommit"
-            )
+                await self._coordinators.add_offsets_to_txn(tid, ident, group.group_id, deadline)
+            await self._coordinators.txn_offset_commit(tid, ident, group, entries, deadline)
         except BrokerError as exc:
             if exc.error_code in (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH):
                 raise txn.fail(exc) from exc
@@ -664,26 +567,21 @@ class AsyncProducer:
         if not txn.needs_end_txn():
             txn.ended(cur.producer_id, cur.epoch, committed=commit)  # the coordinator never heard of it
             return
-        await self._wait_requests_idle(deadline)
-        tid = txn.transactional_id
-        body: dict[str, Any] = {"producer_id": cur.producer_id, "producer_epoch": cur.epoch, "commit": commit}
-        # Carried markers: the partitions' receipts go back to the coordinator, which answers with tokens.
-        body["txn_receipts"] = [{"topic": t, "partition": p, "receipt": encode_token(r)}
-                                for (t, p), r in sorted(txn.receipts.items())]  # fmt: skip
-        what = "commit_transaction" if commit else "abort_transaction"
+        await self._sender.wait_requests_idle(deadline)
         try:
-            res = await self._coordinators.call("transaction", tid, transaction_path(tid, "end"), body, deadline, what)
+            # Carried markers: the partitions' receipts go to the coordinator, which answers with tokens.
+            ident, tokens = await self._coordinators.end_txn(
+                txn.transactional_id, cur, commit=commit, receipts=txn.receipts, deadline=deadline
+            )
         except BrokerError as exc:
             if exc.retriable:
                 raise  # outcome unknown: the same call again resumes it with the same identity
             raise txn.end_rejected(exc) from exc
-        tokens = {(str(t["topic"]), int(t["partition"])): decode_token(str(t["token"]), "txn_tokens")
-                  for t in res.get("txn_tokens") or ()}  # fmt: skip
-        txn.ended(int(res["producer_id"]), int(res["producer_epoch"]), committed=commit, tokens=tokens)
+        txn.ended(ident.producer_id, ident.epoch, committed=commit, tokens=tokens)
         if tokens and self._loop is not None:
             self._loop.call_later(self._token_release_s, self._release_unused_tokens, txn.token_generation)
         self._acc.reset_after_transaction()
-        self._wake.set()
+        self._wake()
 
     def _release_unused_tokens(self, generation: int | None = None) -> asyncio.Task[Any] | None:
         """Give back the tokens of ``generation`` (None: whichever are held) no batch has taken yet."""
@@ -691,31 +589,16 @@ class AsyncProducer:
         if txn is None or not txn.tokens or (generation is not None and generation != txn.token_generation):
             return None
         unused, txn.tokens = txn.tokens, {}
-        cur = self._idem.current
-        tid = txn.transactional_id
-        body = {"producer_id": cur.producer_id, "producer_epoch": cur.epoch,
-                "partitions": [{"topic": t, "partition": p} for t, p in sorted(unused)]}  # fmt: skip
+        tid, ident = txn.transactional_id, self._idem.current
         deadline = time.monotonic() + self._request_timeout_ms / 1000
 
         async def release() -> None:
             try:
-                await self._coordinators.call(
-                    "transaction", tid, transaction_path(tid, "release"), body, deadline, "release tokens"
-                )
+                await self._coordinators.release_tokens(tid, ident, unused, deadline)
             except BrokerError as exc:  # the coordinator's reservation timer settles them anyway
                 log.debug("releasing unused tokens of %s failed: %s", tid, exc)
 
-        return self._spawn(release())
-
-    async def _wait_requests_idle(self, deadline: float) -> None:
-        """Wait until no produce request is outstanding (expired batches' requests included)."""
-        while self._acc.outstanding_requests:
-            self._requests_idle.clear()
-            try:
-                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                    await self._requests_idle.wait()
-            except TimeoutError as exc:
-                raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, "produce requests still in flight") from exc
+        return self._sender.spawn(release())
 
     def metrics(self) -> dict[str, Any]:
         """Counters for tests and benchmarks (not a stable interface)."""
@@ -726,7 +609,7 @@ class AsyncProducer:
             "producer_id": self.producer_id,
             "producer_epoch": self.producer_epoch,
             "state": self._idem.state.name,
-            "errors": dict(self._errors),
+            "errors": dict(self._sender.errors),
             "buffered_bytes": self._acc.buffered_bytes,
             **(
                 {
@@ -762,7 +645,7 @@ class AsyncProducer:
         return (
             not self._closed
             and self._idem.fatal_error is None
-            and self._internal_error is None
+            and self._sender.internal_error is None
             and (txn is None or (txn.open and txn.fatal_error is None))
         )
 
@@ -771,8 +654,8 @@ class AsyncProducer:
             raise self._txn.fatal_error
         if self._idem.fatal_error is not None:
             raise self._idem.fatal_error
-        if self._internal_error is not None:
-            raise self._internal_error
+        if self._sender.internal_error is not None:
+            raise self._sender.internal_error
 
     def serialize(
         self, key: Any, value: Any, headers: Sequence[tuple[str, bytes | None]] | None
@@ -828,7 +711,7 @@ class AsyncProducer:
                     topic, ts, vb, hb, nbytes, sink, self._loop.time, self._available, num_partitions
                 )
                 if changed and self._acc.window_open(topic, self._acc.sticky[topic]):
-                    self._wake.set()
+                    self._wake()
                 return changed
             partition = partition_for_key(kb, num_partitions)
         elif not 0 <= partition < num_partitions:
@@ -840,7 +723,7 @@ class AsyncProducer:
         # A full in-flight window: the sender has nothing to send until an answer arrives, which wakes it
         # anyway. At full speed that is the usual case, and waking it per filled batch cost CPU for nothing.
         if changed and self._acc.window_open(topic, partition):
-            self._wake.set()
+            self._wake()
         return changed
 
     def cached_partition_count(self, topic: str) -> int | None:
@@ -874,205 +757,12 @@ class AsyncProducer:
                 )
             await asyncio.sleep(self._retry_backoff_s)
 
-    async def _wait_for_memory(self, nbytes: int) -> None:
-        acc = self._acc
-        acc.memory_waiters += 1
-        self._wake.set()
-        try:
-            async with asyncio.timeout(self._max_block_s):
-                while acc.buffered_bytes + nbytes > self._buffer_memory and acc.buffered_bytes > 0:
-                    self._memory_freed.clear()
-                    await self._memory_freed.wait()
-                    self.check_open()
-        except TimeoutError as exc:
-            raise BrokerError(
-                ErrorCode.REQUEST_TIMED_OUT, f"buffer_memory={self._buffer_memory} still full after max_block_ms"
-            ) from exc
-        finally:
-            acc.memory_waiters -= 1
-
-    def _on_report(self, batch: ProducerBatch) -> None:
-        if batch.failure is not None:
-            log.warning(
-                "%d record(s) to %s-%d failed: %s", batch.record_count, batch.topic, batch.partition, batch.failure
-            )
-        self._memory_freed.set()
-        for pending, fut in self._flush_waiters:
-            pending.discard(batch)
-            if not pending and not fut.done():
-                fut.set_result(None)
-        if self._on_release is not None:
-            self._on_release(batch.size - BATCH_OVERHEAD)
-
     # ---- sender ------------------------------------------------------------------------------
 
     def ensure_started(self) -> None:
-        if self._sender is None:
+        if self._loop is None:
             self._loop = asyncio.get_running_loop()
-            self._sender = self._loop.create_task(self._run_sender(), name="txbroker-producer-sender")
-            self._sender.add_done_callback(self._task_done)
-
-    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
-        assert self._loop is not None
-        task = self._loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        """A bug in the sender must not leave futures pending forever: fail everything, loudly."""
-        self._tasks.discard(task)
-        if task.cancelled() or task.exception() is None:
-            return
-        exc = task.exception()
-        log.error("producer internal error", exc_info=exc)
-        self._internal_error = BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"producer internal error: {exc!r}")
-        self._acc.fail_all(self._internal_error)
-        self._wake.set()
-
-    async def _run_sender(self) -> None:
-        loop = asyncio.get_running_loop()
-        acc, idem = self._acc, self._idem
-        while True:
-            self._wake.clear()
-            now = loop.time()
-            acc.expire(now)
-            txn = self._txn
-            if txn is not None and txn.state in (TxnState.ABORTABLE_ERROR, TxnState.ABORTING) and acc.has_undrained():
-                acc.fail_undrained(TransactionAbortedError(f"{txn.transactional_id}: transaction is being aborted"))
-            if idem.state is ProducerIdState.UNINITIALIZED and self._init_task is None and txn is None:
-                self._init_task = loop.create_task(self._init_producer_id())
-            elif acc.ready_to_bump():
-                bumped = idem.bump_epoch()
-                acc.reset_after_bump()
-                what = f"epoch bumped to {idem.current.epoch}" if bumped else "epoch exhausted, new producer id next"
-                log.warning("producer %d: %s after %s", idem.current.producer_id, what, idem.bump_reason)
-                continue
-            for url, batches in acc.drain(now, self._leader_of):
-                self._spawn(self._send_request(url, batches))
-            if acc.no_leader:
-                self._refresh_metadata()
-            if acc.closing and not acc.has_pending():
-                return
-            deadline = acc.next_deadline(now)
-            if not self._wake.is_set():
-                handle = loop.call_at(deadline, self._wake.set) if deadline is not None else None
-                await self._wake.wait()
-                if handle is not None:
-                    handle.cancel()
+            self._sender.start(self._loop)
 
     def _rewrite(self, url: str) -> str:
         return self._rewrites.get(url, url)
-
-    def _leader_of(self, topic: str, partition: int) -> str | None:
-        info = self._metadata.cached(topic, partition)
-        if info is None or info.leader_url is None:
-            return None
-        return self._rewrite(info.leader_url)
-
-    def _refresh_metadata(self) -> None:
-        """Refresh metadata in the background (one refresh at a time), then wake the sender."""
-        if self._metadata_task is None or self._metadata_task.done():
-            assert self._loop is not None
-            self._metadata_task = self._loop.create_task(self._refresh_metadata_once())
-
-    async def _refresh_metadata_once(self) -> None:
-        try:
-            await self._metadata.refresh()
-        except BrokerError as exc:
-            log.debug("metadata refresh failed: %s", exc)
-            await asyncio.sleep(self._retry_backoff_s)
-        self._wake.set()
-
-    async def _init_producer_id(self) -> None:
-        """InitProducerId with retries; any node answers for a producer without a transactional id."""
-        try:
-            while True:
-                last: BrokerError | None = None
-                for url in dict.fromkeys(map(self._rewrite, self._metadata.urls())):
-                    try:
-                        body = await self._session.request_json(
-                            "POST", url + "/v1/producers/init", {"transactional_id": None}
-                        )
-                        self._idem.set_producer_id(int(body["producer_id"]), int(body["producer_epoch"]))
-                        log.debug("producer id %d epoch %d", self.producer_id, self.producer_epoch)
-                        return
-                    except BrokerError as exc:
-                        if not exc.retriable:
-                            self._acc.fail_all(exc)
-                            return
-                        last = exc
-                log.debug("producer id not available yet: %s", last)
-                await asyncio.sleep(self._retry_backoff_s)
-        finally:
-            self._init_task = None
-            self._init_done.set()
-            self._wake.set()
-
-    async def _send_request(self, url: str, batches: list[ProducerBatch]) -> None:
-        acc = self._acc
-        txn = self._txn
-        if txn is not None:
-            for b in batches:
-                if not b.token_taken:
-                    b.token_taken = True
-                    b.txn_token = txn.take_token(b.topic, b.partition)
-        req = ProduceRequest(
-            tuple(ProducePartition(b.topic, b.partition, b.wire or b"", b.txn_token) for b in batches),
-            acks=self._acks,
-            timeout_ms=self._request_timeout_ms,
-            transactional_id=self.transactional_id,
-        )
-        answers: dict[tuple[str, int], Any] = {}
-        whole: BrokerError | None = None
-        self.requests_sent += 1
-        try:
-            _, raw = await self._session.post_bytes(
-                url + "/v1/produce", encode_produce_request(req), PRODUCE_CONTENT_TYPE
-            )
-            parts = json.loads(raw)["partitions"]
-        except BrokerError as exc:
-            parts = exc.extra.get("partitions")
-            if not isinstance(parts, list):
-                whole = exc
-        except (ValueError, KeyError, TypeError) as exc:
-            whole = BrokerError(ErrorCode.NETWORK_EXCEPTION, f"malformed produce answer from {url}: {exc!r}")
-        finally:
-            acc.request_finished()
-            if acc.outstanding_requests == 0:
-                self._requests_idle.set()
-        if whole is None:
-            for p in parts:
-                answers[(p.get("topic"), p.get("partition"))] = p
-        now = asyncio.get_running_loop().time()
-        refresh = False
-        for b in batches:
-            err = whole
-            base = lat = -1
-            if err is None:
-                p = answers.get((b.topic, b.partition))
-                code = p.get("error_code", "NONE") if isinstance(p, dict) else None
-                if p is None or code is None:
-                    err = BrokerError(ErrorCode.NETWORK_EXCEPTION, f"no answer for {b.topic}-{b.partition}")
-                elif code != "NONE":
-                    extra = {k: v for k, v in p.items() if k == "leader_url"}
-                    err = BrokerError(ErrorCode.from_name(str(code)), str(p.get("message") or ""), **extra)
-                else:
-                    base, lat = int(p.get("base_offset", -1)), int(p.get("log_append_time", -1))
-                    receipt = p.get("txn_receipt")
-                    if txn is not None and isinstance(receipt, str):
-                        txn.receipts[(b.topic, b.partition)] = decode_token(receipt, "txn_receipt")
-            if err is not None:
-                if err.error_code is ErrorCode.TRANSACTION_RESERVATION_REVOKED:
-                    b.txn_token = None  # resent without it: the partition leader verifies with the coordinator
-                self._errors[err.error_code.name] = self._errors.get(err.error_code.name, 0) + 1
-                if err.error_code is ErrorCode.NOT_LEADER_OR_FOLLOWER:
-                    self._metadata.invalidate(b.topic, b.partition, err.extra.get("leader_url"))
-                if err.error_code in METADATA_ERRORS:
-                    refresh = True
-            outcome = acc.handle_response(b, base, lat, err, now)
-            if outcome is Outcome.FATAL:
-                log.error("producer %d fenced: %s", self.producer_id, err)
-        if refresh:
-            self._refresh_metadata()
-        self._wake.set()

@@ -1,4 +1,4 @@
-"""Transactions through the client while nodes die (issue 4 Show list; kafka_txn.md §14 items 19, 26, 27).
+"""Transactions through the client while nodes die (kafka_txn.md §14 items 19, 26, 27).
 
 What "no partial visibility" means here (§7.2, §7.4): read_committed is
 bounded by each partition's last stable offset, so within one partition a

@@ -1,4 +1,4 @@
-"""The consumer's group membership and offsets against 3 real nodes (issue 5; kafka_txn.md §4, KIP-447).
+"""The consumer's group membership and offsets against 3 real nodes (kafka_txn.md §4, KIP-447).
 
 The clients here are the library's (``Consumer``, ``Producer``); the raw HTTP
 contract is covered by ``test_groups_http.py``. Members are driven by

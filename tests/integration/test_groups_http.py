@@ -1,4 +1,4 @@
-"""Consumer groups and offsets over plain HTTP on 3 node processes (issue 5; kafka_txn.md §4, §14 item 21).
+"""Consumer groups and offsets over plain HTTP on 3 node processes (kafka_txn.md §4, §14 item 21).
 
 Members here are written against the raw HTTP API (the contract, not the client library).
 """

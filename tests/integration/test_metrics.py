@@ -38,7 +38,19 @@ def test_node_logs_json_lines_with_log_format_json(tmp_path: Path) -> None:
         )  # fmt: skip
         try:
             wait_for(lambda: http("GET", cfg.url + "/readyz", timeout=2)[0] == 200, 60, "node ready")
-            assert samples(cfg.url, "txbroker_event_loop_lag_seconds_count")[0][1] >= 0
+            # The request metrics count exactly the requests this test makes, by route template and status class.
+            readyz = {"route": "/readyz", "method": "GET"}
+            requests0 = _value(cfg.url, "txbroker_http_requests_total", status="2xx", **readyz)
+            timed0 = _value(cfg.url, "txbroker_http_request_duration_seconds_count", **readyz)
+            for _ in range(3):
+                assert http("GET", cfg.url + "/readyz", timeout=2)[0] == 200
+            assert _value(cfg.url, "txbroker_http_requests_total", status="2xx", **readyz) == requests0 + 3
+            assert _value(cfg.url, "txbroker_http_request_duration_seconds_count", **readyz) == timed0 + 3
+            # The event-loop monitor observes every 0.25 s while the node runs.
+            lag0 = _value(cfg.url, "txbroker_event_loop_lag_seconds_count")
+            wait_for(
+                lambda: _value(cfg.url, "txbroker_event_loop_lag_seconds_count") >= lag0 + 2, 10, "loop-lag samples"
+            )
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(30) == 0
         finally:
@@ -52,6 +64,13 @@ def test_node_logs_json_lines_with_log_format_json(tmp_path: Path) -> None:
         assert {"ts", "level", "logger", "msg"} <= rec.keys(), rec
     assert any("serving" in json.loads(ln)["msg"] for ln in lines)
     assert any("stopped" in json.loads(ln)["msg"] for ln in lines)
+
+
+def _value(url: str, name: str, **labels: str) -> float:
+    """The one sample ``name`` with exactly these labels on one node (0 when it does not exist yet)."""
+    found = [v for lv, v in samples(url, name) if lv == labels]
+    assert len(found) <= 1, found
+    return found[0] if found else 0.0
 
 
 def _txn_call(cluster: LocalCluster, path: str, body: dict[str, Any]) -> tuple[int, Any]:
@@ -74,14 +93,16 @@ def test_open_transaction_shows_in_open_transactions_and_oldest_age(
     cluster = make_cluster(3)
     cluster.create_topic("txn-metrics", partitions=1, rf=3)
     status, res = http("GET", cluster.url(1) + "/v1/transactions")
-    if status == 404 and res.get("message") == "no such route":
-        pytest.skip("transactions (issue 4) are not in this build yet: GET /v1/transactions is not routed")
+    assert status == 200, res
+    assert "metrics-open-txn" not in [t["transactional_id"] for t in res["transactions"]]
     tid = "metrics-open-txn"
     status, res = _txn_call(cluster, "/v1/producers/init", {"transactional_id": tid, "transaction_timeout_ms": 60000})
     assert status == 200, res
     pid, epoch = res["producer_id"], res["producer_epoch"]
     started0 = total(cluster, "txbroker_transactions_started_total")
     aborted0 = total(cluster, "txbroker_transactions_completed_total", outcome="aborted")
+    durations0 = total(cluster, "txbroker_transaction_duration_seconds_count", outcome="aborted")
+    duration_sum0 = total(cluster, "txbroker_transaction_duration_seconds_sum", outcome="aborted")
     status, res = _txn_call(
         cluster,
         f"/v1/transactions/{tid}/partitions",
@@ -97,6 +118,11 @@ def test_open_transaction_shows_in_open_transactions_and_oldest_age(
         "oldest open transaction at least 1 s old",
     )
     assert total(cluster, "txbroker_transactions_started_total") == started0 + 1
+    status, res = http("GET", cluster.url(2) + "/v1/transactions?prefix=metrics-")
+    assert status == 200, res
+    [listed] = res["transactions"]
+    assert (listed["transactional_id"], listed["state"]) == (tid, "Ongoing")
+    assert listed["partitions"] == [{"topic": "txn-metrics", "partition": 0}]
     status, res = _txn_call(
         cluster, f"/v1/transactions/{tid}/end", {"producer_id": pid, "producer_epoch": epoch, "commit": False}
     )
@@ -108,6 +134,9 @@ def test_open_transaction_shows_in_open_transactions_and_oldest_age(
         30,
         "the abort counted as completed",
     )
+    # Its duration, from the first partition to the completion, spans the second the test waited for.
+    assert total(cluster, "txbroker_transaction_duration_seconds_count", outcome="aborted") == durations0 + 1
+    assert total(cluster, "txbroker_transaction_duration_seconds_sum", outcome="aborted") >= duration_sum0 + 1.0
 
 
 def test_raft_traffic_counters_carry_every_replicated_byte(make_cluster: Callable[..., LocalCluster]) -> None:

@@ -42,7 +42,7 @@ pytestmark = pytest.mark.integration
 RATE_INTERVAL = "30s"
 TOPIC = "orders"
 PARTITIONS = 3
-# Families fed by the transaction (issue 4) and group (issue 5) coordinators, and counters
+# Families fed by the transaction and group coordinators, and counters
 # only an unusual event creates (a retried duplicate, an out-of-order batch, a produce error).
 # A query naming one of them must return data only once a node exports it.
 EVENT_DRIVEN = (

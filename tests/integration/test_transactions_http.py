@@ -1,4 +1,4 @@
-"""Transactions over plain HTTP on 3 node processes (issue 4; kafka_txn.md §14 cited per test)."""
+"""Transactions over plain HTTP on 3 node processes (kafka_txn.md §14 cited per test)."""
 
 from __future__ import annotations
 
@@ -290,7 +290,7 @@ def test_transactional_batch_for_partition_not_in_txn_is_verified_and_added(make
 
 
 def test_prepared_group_commit_commits_every_member(make_cluster):
-    # KIP-939-style prepare + atomic group commit (issue 4 item 4)
+    # KIP-939-style prepare + atomic group commit
     c = make_cluster()
     c.create_topic("g", partitions=3, rf=3)
     c.wait_leaders("g", 3)
@@ -401,7 +401,7 @@ def test_bad_transaction_requests_get_4xx_and_change_nothing(make_cluster):
 
 
 def test_txn_cli_lists_describes_and_aborts_a_hanging_transaction(make_cluster):
-    # Hanging-transaction tooling (issue 4 item 6): an open txn pins the LSO until an operator aborts it
+    # Hanging-transaction tooling (KIP-664): an open txn pins the LSO until an operator aborts it
     import subprocess
     import sys
 

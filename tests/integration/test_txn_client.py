@@ -1,4 +1,4 @@
-"""Transactional ``Producer``/``AsyncProducer`` against three real node processes (issue 4, item 5 and its Show list).
+"""Transactional ``Producer``/``AsyncProducer`` against three real node processes.
 
 Each test cites the rule it guards (kafka_txn.md). Reads go both ways a
 read_committed reader can (``tests.support.txn_reads``): the ``Consumer``
@@ -317,7 +317,7 @@ def test_zombie_is_fenced_on_offset_commit(cluster):
     assert not (body.get("offsets") if status == 200 else None), "a fenced producer's offsets were committed"
 
 
-# ---- prepared transactions (issue 4 item 4, KIP-939 idea) ------------------------------------------------------
+# ---- prepared transactions (KIP-939 idea) --------------------------------------------------------------------
 
 
 def test_prepared_transaction_is_ended_by_its_holder_and_the_producer_reinitialises(cluster):

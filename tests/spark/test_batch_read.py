@@ -1,4 +1,4 @@
-"""Batch reads into Spark from a real 3-node cluster (issue 6, "Show": batch read)."""
+"""Batch reads into Spark from a real 3-node cluster."""
 
 from __future__ import annotations
 

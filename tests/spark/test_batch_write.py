@@ -1,4 +1,4 @@
-"""Job-atomic batch writes from Spark (issue 6, "Show": batch write).
+"""Job-atomic batch writes from Spark.
 
 Every task attempt writes into its own prepared transaction; the driver's
 ``commit`` makes exactly the accepted attempts visible in one group decision

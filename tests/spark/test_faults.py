@@ -1,5 +1,5 @@
-"""Faults during Spark writes: the driver dies between the group commit decision and the markers (issue 6,
-"Show"); a partition leader dies while tasks write.
+"""Faults during Spark writes: the driver dies between the group commit decision and the markers; a
+partition leader dies while tasks write.
 
 The Spark job runs with ``_test.handoffCommit``: its ``commit`` writes the
 members it would commit to a manifest instead (the state a driver is in just

@@ -1,4 +1,4 @@
-"""Structured Streaming from and into txbroker (issue 6, "Show": streaming).
+"""Structured Streaming from and into txbroker.
 
 The query reads topic ``<name>-in`` and writes every value to ``<name>-out``
 through the exactly-once sink: each micro-batch's transactions are committed

@@ -1,4 +1,4 @@
-"""A minimal idempotent HTTP writer and reader for tests (the real clients come with issue 3).
+"""A minimal idempotent HTTP writer and reader for tests, independent of the client library.
 
 The writer retries every batch with the SAME producer id, epoch and sequence
 until it is acknowledged, following leader changes, exactly as Kafka's

@@ -17,14 +17,6 @@ from cluster.controller import (
 )
 from cluster.topics import assign_replicas, validate_topic_config, validate_topic_name
 from raft.state_machine import NOOP_COMMAND
-from storage.store import NodeStore
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = NodeStore(tmp_path / "db")
-    yield s
-    s.close()
 
 
 def create(sm, index, name="t", partitions=3, rf=3):
@@ -54,20 +46,17 @@ def test_replayed_entries_change_nothing(store):
     assert sm.apply(2, NOOP_COMMAND) is None and sm.last_applied == 2
 
 
-def test_reopen_restores_state_and_index(tmp_path):
-    s = NodeStore(tmp_path / "db")
-    sm = ControllerStateMachine(s)
+def test_reopen_restores_state_and_index(store, open_store):
+    sm = ControllerStateMachine(store)
     create(sm, 1)
     sm.apply(2, allocate_producer_ids_command(1))
-    s.close()
-    s = NodeStore(tmp_path / "db")
-    sm2 = ControllerStateMachine(s)
+    store.close()
+    sm2 = ControllerStateMachine(open_store())
     assert sm2.last_applied == 2 and "t" in sm2.view.topics and sm2.view.next_producer_id == PRODUCER_ID_BLOCK_SIZE
-    s.close()
 
 
-def test_corrupted_state_is_detected(tmp_path):
-    s = NodeStore(tmp_path / "db")
+def test_corrupted_state_is_detected(store):
+    s = store
     sm = ControllerStateMachine(s)
     create(sm, 1)
     raw = bytearray(s.db.get(b"C/state"))
@@ -78,7 +67,6 @@ def test_corrupted_state_is_detected(tmp_path):
     s.db.put(b"C/state", bytes(raw[:4]))
     with pytest.raises(ControllerCorruptionError):
         ControllerStateMachine(s)
-    s.close()
 
 
 def test_bad_command_is_an_error_value_not_an_exception(store):
@@ -88,16 +76,14 @@ def test_bad_command_is_an_error_value_not_an_exception(store):
     assert sm.last_applied == 2
 
 
-def test_snapshot_round_trip(tmp_path, store):
+def test_snapshot_round_trip(store, open_store):
     sm = ControllerStateMachine(store)
     create(sm, 7)
     buf = io.BytesIO()
     sm.write_snapshot(buf)
-    other = NodeStore(tmp_path / "db2")
-    sm2 = ControllerStateMachine(other)
+    sm2 = ControllerStateMachine(open_store("db2"))
     sm2.read_snapshot(io.BytesIO(buf.getvalue()), 7)
     assert sm2.view == sm.view and sm2.last_applied == 7
-    other.close()
 
 
 def test_placement_spreads_preferred_leaders_and_replicas():

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -156,13 +154,6 @@ class Coordinator:
         assert isinstance(r, InitProducerIdResult)
         assert self.add(r.producer_id, r.producer_epoch, *tps, tid=tid).added
         return r.producer_id, r.producer_epoch
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[NodeStore]:
-    s = NodeStore(tmp_path / "db")
-    yield s
-    s.close()
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ applied index in the same WriteBatch) and rule 1 (apply never raises).
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,13 +40,6 @@ from storage.store import NodeStore
 
 PREFIX = b"X\x00\x00\x00\x07"
 TP = TopicPartition("t", 0)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[NodeStore]:
-    s = NodeStore(tmp_path / "db")
-    yield s
-    s.close()
 
 
 def populate(sm: TransactionStateMachine) -> int:

@@ -4,7 +4,6 @@ markers (kafka_txn.md §4.3 TxnOffsetCommit/WriteTxnMarkers, §14 item 21), with
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,13 +29,6 @@ from coordinator.metadata import TopicPartition
 from storage.store import NodeStore
 
 PREFIX = b"O\x00\x00\x00\x01"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[NodeStore]:
-    s = NodeStore(tmp_path / "db")
-    yield s
-    s.close()
 
 
 class Offsets:

@@ -7,8 +7,6 @@ applied index in the same WriteBatch), rule 1 (apply never raises), rule 7 (stal
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,13 +32,6 @@ from storage.store import NodeStore
 from tests.unit.test_group_rules import PREFIX, Offsets
 
 OTHER = b"O\x00\x00\x00\x02"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[NodeStore]:
-    s = NodeStore(tmp_path / "db")
-    yield s
-    s.close()
 
 
 def populate(o: Offsets) -> None:

@@ -1,11 +1,14 @@
-"""The producer's keep-alive HTTP/1.1 transport (clients/aio/_http1.py) against a real aiohttp server."""
+"""The producer's keep-alive HTTP/1.1 transport (clients/aio/_http1.py) against a real aiohttp server.
+
+No test here depends on timing: a handler that must hold a request waits for
+an event the scenario sets. The request timeout is tested in
+tests/integration/test_http1_timeout.py.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -14,48 +17,7 @@ from aiohttp import web
 from clients.aio._http1 import Http1Pool
 from clients.aio._session import HttpSession
 from clients.protocol import BrokerError, ErrorCode
-from cluster.config import free_ports
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def run_with_server(handler: Handler, scenario: Callable[[str, dict[str, Any]], Awaitable[None]]) -> None:
-    """Serve ``handler`` on a free port and run ``scenario(url, stats)``; ``stats['peers']`` counts connections."""
-
-    async def main() -> None:
-        stats: dict[str, Any] = {"peers": set()}
-
-        async def counting(request: web.Request) -> web.StreamResponse:
-            stats["peers"].add(request.transport.get_extra_info("peername") if request.transport else None)
-            return await handler(request)
-
-        app = web.Application()
-        app.router.add_route("POST", "/{tail:.*}", counting)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        port = free_ports(1)[0]
-        site = web.TCPSite(runner, "127.0.0.1", port)
-        await site.start()
-        try:
-            await scenario(f"http://127.0.0.1:{port}", stats)
-        finally:
-            await runner.cleanup()
-
-    asyncio.run(main())
-
-
-@asynccontextmanager
-async def open_pool(**kwargs: Any) -> AsyncIterator[Http1Pool]:
-    pool = Http1Pool(**kwargs)
-    try:
-        yield pool
-    finally:
-        await pool.close()
-
-
-async def echo(request: web.Request) -> web.StreamResponse:
-    body = await request.read()
-    return web.json_response({"len": len(body), "type": request.content_type, "path": request.path_qs})
+from tests.support.http_server import echo, open_pool, run_with_server
 
 
 def test_posts_reuse_one_keep_alive_connection() -> None:
@@ -72,17 +34,27 @@ def test_posts_reuse_one_keep_alive_connection() -> None:
 
 
 def test_concurrent_posts_use_separate_connections() -> None:
-    async def slow(request: web.Request) -> web.StreamResponse:
-        await asyncio.sleep(0.05)
+    arrived: list[web.Request] = []
+    all_arrived = asyncio.Event()
+
+    async def together(request: web.Request) -> web.StreamResponse:
+        # No answer until all four requests are in: posts that shared a connection would never get here.
+        arrived.append(request)
+        if len(arrived) == 4:
+            all_arrived.set()
+        await all_arrived.wait()
         return await echo(request)
 
     async def scenario(url: str, stats: dict[str, Any]) -> None:
-        async with open_pool() as pool:
-            answers = await asyncio.gather(*(pool.post(url, b"x" * i, "a/b", 5.0) for i in range(4)))
-            assert sorted(json.loads(a.body)["len"] for a in answers) == [0, 1, 2, 3]
-            assert len(stats["peers"]) == 4
+        try:
+            async with open_pool() as pool:
+                answers = await asyncio.gather(*(pool.post(url, b"x" * i, "a/b", 5.0) for i in range(4)))
+                assert sorted(json.loads(a.body)["len"] for a in answers) == [0, 1, 2, 3]
+                assert len(stats["peers"]) == 4
+        finally:
+            all_arrived.set()  # a failed run must not leave handlers waiting
 
-    run_with_server(slow, scenario)
+    run_with_server(together, scenario)
 
 
 def test_error_answers_become_the_servers_broker_error() -> None:
@@ -125,39 +97,27 @@ def test_chunked_answer_is_refused_as_a_network_error() -> None:
 
 
 def test_oversized_answer_and_dropped_connection_are_network_errors() -> None:
+    client_done = asyncio.Event()
+
     async def big_or_drop(request: web.Request) -> web.StreamResponse:
         body = await request.read()
         if body == b"drop":
             assert request.transport is not None
             request.transport.close()
-            await asyncio.sleep(1)
+            await client_done.wait()  # the handler ends only after the client has seen the drop
         return web.Response(body=b"z" * 5000, content_type="application/json")
 
     async def scenario(url: str, _stats: dict[str, Any]) -> None:
-        async with open_pool(max_body=4096) as pool:
-            for body in (b"big", b"drop"):
-                with pytest.raises(BrokerError) as info:
-                    await pool.post(url, body, "a/b", 5.0)
-                assert info.value.error_code is ErrorCode.NETWORK_EXCEPTION, body
+        try:
+            async with open_pool(max_body=4096) as pool:
+                for body in (b"big", b"drop"):
+                    with pytest.raises(BrokerError) as info:
+                        await pool.post(url, body, "a/b", 5.0)
+                    assert info.value.error_code is ErrorCode.NETWORK_EXCEPTION, body
+        finally:
+            client_done.set()
 
     run_with_server(big_or_drop, scenario)
-
-
-def test_no_answer_within_the_timeout_is_request_timed_out_and_the_pool_recovers() -> None:
-    async def maybe_slow(request: web.Request) -> web.StreamResponse:
-        if await request.read() == b"slow":
-            await asyncio.sleep(2)
-        return await echo(request)
-
-    async def scenario(url: str, _stats: dict[str, Any]) -> None:
-        async with open_pool() as pool:
-            with pytest.raises(BrokerError) as info:
-                await pool.post(url, b"slow", "a/b", 0.2)
-            assert info.value.error_code is ErrorCode.REQUEST_TIMED_OUT
-            answer = await pool.post(url, b"ok", "a/b", 5.0)  # a fresh connection: the timed-out one was dropped
-            assert json.loads(answer.body)["len"] == 2
-
-    run_with_server(maybe_slow, scenario)
 
 
 def test_only_http_urls_are_accepted() -> None:

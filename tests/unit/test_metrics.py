@@ -10,6 +10,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.metrics import (
+    LOOP_LAG_INTERVAL_S,
     GroupCoordinatorSample,
     GroupSample,
     NodeMetrics,
@@ -20,6 +21,7 @@ from cluster.metrics import (
     exported_series_names,
 )
 from tests.support.prometheus import promtool
+from tests.support.virtual_time import VirtualTimeLoop, run_on_virtual_time
 
 
 def node_sample() -> NodeSample:
@@ -125,19 +127,24 @@ def test_helpers_count_what_they_say() -> None:
 
 
 def test_event_loop_lag_is_observed_when_the_loop_is_blocked() -> None:
+    # On virtual time: the monitor wakes every LOOP_LAG_INTERVAL_S (0.25 s), at 0.25 and 0.5 on time; at 0.6 the
+    # loop is blocked for 0.5 s, so the wake-up due at 0.75 comes at 1.1 (0.35 s late); the next one is on time.
     m = NodeMetrics()
 
     async def run() -> None:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, VirtualTimeLoop)
         m.start_loop_monitor()
-        await asyncio.sleep(0.3)
-        time.sleep(0.5)  # noqa: ASYNC251 - block the loop on purpose, as a slow synchronous call would
+        await asyncio.sleep(0.6)
+        loop.clock.now += 0.5  # a synchronous call holds the loop this long
         await asyncio.sleep(0.3)
         await m.stop_loop_monitor()
 
-    asyncio.run(run())
+    run_on_virtual_time(run)()
+    assert LOOP_LAG_INTERVAL_S == 0.25
     v = values(m)
-    assert v[("txbroker_event_loop_lag_seconds_count", ())] >= 2
-    assert v[("txbroker_event_loop_lag_seconds_sum", ())] >= 0.5 - 0.25  # blocked time minus at most one interval
+    assert v[("txbroker_event_loop_lag_seconds_count", ())] == 4
+    assert v[("txbroker_event_loop_lag_seconds_sum", ())] == pytest.approx(0.35)
 
 
 def test_docs_describe_every_metric() -> None:

@@ -6,9 +6,8 @@ offsets answered for duplicates are the ones the log assigned.
 
 from __future__ import annotations
 
-import pathlib
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import crc32c
 import pytest
@@ -70,13 +69,6 @@ class Producer:
         result = self.send(pid, epoch, seq, count)
         assert isinstance(result, BrokerError), result
         return result.error_code
-
-
-@pytest.fixture
-def store(tmp_path: pathlib.Path) -> Iterator[NodeStore]:
-    s = NodeStore(tmp_path / "db")
-    yield s
-    s.close()
 
 
 @pytest.fixture

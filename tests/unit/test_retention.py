@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import pathlib
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -13,13 +12,6 @@ from storage.partition_log import PartitionLog
 from storage.store import NodeStore
 
 PREFIX = b"P\x00\x00\x00\x02\x00\x00\x00\x00"
-
-
-@pytest.fixture
-def store(tmp_path: pathlib.Path) -> Iterator[NodeStore]:
-    s = NodeStore(tmp_path / "db")
-    yield s
-    s.close()
 
 
 @pytest.fixture
@@ -95,19 +87,15 @@ def test_minus_one_disables_every_rule(log: PartitionLog) -> None:
     assert log.producer_entry(3) is not None
 
 
-def test_retention_is_a_deterministic_function_of_the_command(tmp_path: pathlib.Path) -> None:
+def test_retention_is_a_deterministic_function_of_the_command(open_store: Callable[..., NodeStore]) -> None:
     # Two replicas applying the same commands end in the same state (DESIGN.md rule 1).
     states = []
     for name in ("a", "b"):
-        s = NodeStore(tmp_path / name)
-        try:
-            replica = PartitionLog(s, PREFIX, "r-0")
-            for ts in (100, 200, 300):
-                append(replica, ts=ts, pid=1, seq=(ts // 100 - 1) * 2)
-            retention(replica, now=350, ms=100, expiration=1000)
-            states.append((replica.log_start_offset, replica.size_bytes, replica.producer_entries()))
-        finally:
-            s.close()
+        replica = PartitionLog(open_store(name), PREFIX, "r-0")
+        for ts in (100, 200, 300):
+            append(replica, ts=ts, pid=1, seq=(ts // 100 - 1) * 2)
+        retention(replica, now=350, ms=100, expiration=1000)
+        states.append((replica.log_start_offset, replica.size_bytes, replica.producer_entries()))
     assert states[0] == states[1]
 
 
@@ -134,26 +122,21 @@ def test_expired_producer_gets_unknown_producer_id(log: PartitionLog) -> None:
     assert append(log, ts=10_002, pid=1, seq=0).base_offset == 2
 
 
-def test_retention_survives_reopen(tmp_path: pathlib.Path) -> None:
-    s = NodeStore(tmp_path / "db")
-    log = PartitionLog(s, PREFIX, "r-0")
+def test_retention_survives_reopen(store: NodeStore, open_store: Callable[..., NodeStore]) -> None:
+    log = PartitionLog(store, PREFIX, "r-0")
     for ts in (1, 2, 3):
         append(log, ts=ts * 1000, pid=1, seq=(ts - 1) * 2)
     retention(log, now=2500, ms=0, expiration=10_000)
     before = (log.log_start_offset, log.high_watermark, log.size_bytes, log.last_applied, log.producer_entries())
-    s.close()
-    s = NodeStore(tmp_path / "db")
-    try:
-        again = PartitionLog(s, PREFIX, "r-0")
-        assert (
-            again.log_start_offset,
-            again.high_watermark,
-            again.size_bytes,
-            again.last_applied,
-            again.producer_entries(),
-        ) == before
-    finally:
-        s.close()
+    store.close()
+    again = PartitionLog(open_store(), PREFIX, "r-0")
+    assert (
+        again.log_start_offset,
+        again.high_watermark,
+        again.size_bytes,
+        again.last_applied,
+        again.producer_entries(),
+    ) == before
 
 
 # -- DeleteRecords ------------------------------------------------------------------------

@@ -7,9 +7,7 @@ learns it.
 
 from __future__ import annotations
 
-import pathlib
 import struct
-from collections.abc import Iterator
 
 import crc32c
 import pytest
@@ -32,13 +30,6 @@ from tests.support.partition_txn import TxnLog, make_batch, read_committed
 
 A, B = 100, 200
 COMMIT, ABORT = ControlType.COMMIT, ControlType.ABORT
-
-
-@pytest.fixture
-def store(tmp_path: pathlib.Path) -> Iterator[NodeStore]:
-    s = NodeStore(tmp_path / "db")
-    yield s
-    s.close()
 
 
 def new_log(store: NodeStore, n: int = 0, now: int = 1000) -> TxnLog:

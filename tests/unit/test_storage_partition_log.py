@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import pathlib
 import struct
 from collections.abc import Callable, Iterator
 
@@ -26,18 +25,6 @@ def make_batch(pid: int = -1, epoch: int = -1, seq: int = -1, *, records: int = 
         producer_epoch=epoch,
         base_sequence=seq,
     )
-
-
-@pytest.fixture
-def db_path(tmp_path: pathlib.Path) -> pathlib.Path:
-    return tmp_path / "db"
-
-
-@pytest.fixture
-def store(db_path: pathlib.Path) -> Iterator[NodeStore]:
-    s = NodeStore(db_path)
-    yield s
-    s.close()
 
 
 @pytest.fixture
@@ -138,7 +125,7 @@ def test_partitions_with_different_prefixes_are_independent(make_log: Callable[.
 # -- reopen -----------------------------------------------------------------------------
 
 
-def test_reopen_restores_state_exactly(db_path: pathlib.Path, store: NodeStore) -> None:
+def test_reopen_restores_state_exactly(store: NodeStore, open_store: Callable[..., NodeStore]) -> None:
     log = PartitionLog(store, PREFIX, "t-0")
     fill(log, 4, pid=5)
     fill(log, 2, pid=6)
@@ -153,24 +140,20 @@ def test_reopen_restores_state_exactly(db_path: pathlib.Path, store: NodeStore) 
         log.read(3, 1 << 20),
     )
     store.close()
-    with_reopened = NodeStore(db_path)
-    try:
-        again = PartitionLog(with_reopened, PREFIX, "t-0")
-        after = (
-            again.high_watermark,
-            again.log_start_offset,
-            again.size_bytes,
-            again.last_applied,
-            again.producer_entries(),
-            again.read(3, 1 << 20),
-        )
-        assert after == before
-        # A duplicate is still recognised after the restart.
-        dup = again.apply(again.last_applied + 1, encode_append(make_batch(6, 0, 2, records=2), 1))
-        assert isinstance(dup, AppendResult)
-        assert dup.duplicate
-    finally:
-        with_reopened.close()
+    again = PartitionLog(open_store(), PREFIX, "t-0")
+    after = (
+        again.high_watermark,
+        again.log_start_offset,
+        again.size_bytes,
+        again.last_applied,
+        again.producer_entries(),
+        again.read(3, 1 << 20),
+    )
+    assert after == before
+    # A duplicate is still recognised after the restart.
+    dup = again.apply(again.last_applied + 1, encode_append(make_batch(6, 0, 2, records=2), 1))
+    assert isinstance(dup, AppendResult)
+    assert dup.duplicate
 
 
 def test_a_fresh_partition_opens_empty(make_log: Callable[..., PartitionLog]) -> None:
@@ -346,30 +329,28 @@ def test_stored_bytes_are_the_producers_bytes(make_log: Callable[..., PartitionL
 # -- snapshots --------------------------------------------------------------------------------
 
 
-def test_snapshot_round_trips_into_a_fresh_database(ten_batches: PartitionLog, tmp_path: pathlib.Path) -> None:
+def test_snapshot_round_trips_into_a_fresh_database(
+    ten_batches: PartitionLog, open_store: Callable[..., NodeStore]
+) -> None:
     ten_batches.apply(ten_batches.last_applied + 1, encode_delete_records(3))
     snap = io.BytesIO()
     ten_batches.write_snapshot(snap)
-    other = NodeStore(tmp_path / "other")
-    try:
-        restored = PartitionLog(other, b"Pxyz", "t-0")
-        fill(restored, 1, pid=99)  # state the snapshot must replace
-        snap.seek(0)
-        restored.read_snapshot(snap, 77)
-        assert restored.last_applied == 77
-        assert (restored.high_watermark, restored.log_start_offset, restored.size_bytes) == (
-            ten_batches.high_watermark,
-            ten_batches.log_start_offset,
-            ten_batches.size_bytes,
-        )
-        assert restored.producer_entries() == ten_batches.producer_entries()
-        assert restored.read(3, 1 << 20) == ten_batches.read(3, 1 << 20)
-        assert restored.producer_entry(99) is None
-        other.close()
-        other = NodeStore(tmp_path / "other")
-        assert PartitionLog(other, b"Pxyz", "t-0").read(3, 1 << 20) == ten_batches.read(3, 1 << 20)
-    finally:
-        other.close()
+    other = open_store("other")
+    restored = PartitionLog(other, b"Pxyz", "t-0")
+    fill(restored, 1, pid=99)  # state the snapshot must replace
+    snap.seek(0)
+    restored.read_snapshot(snap, 77)
+    assert restored.last_applied == 77
+    assert (restored.high_watermark, restored.log_start_offset, restored.size_bytes) == (
+        ten_batches.high_watermark,
+        ten_batches.log_start_offset,
+        ten_batches.size_bytes,
+    )
+    assert restored.producer_entries() == ten_batches.producer_entries()
+    assert restored.read(3, 1 << 20) == ten_batches.read(3, 1 << 20)
+    assert restored.producer_entry(99) is None
+    other.close()
+    assert PartitionLog(open_store("other"), b"Pxyz", "t-0").read(3, 1 << 20) == ten_batches.read(3, 1 << 20)
 
 
 def test_consistent_snapshot_is_the_state_when_taken_even_while_apply_goes_on(

@@ -6,7 +6,6 @@ Each test cites the rule it guards; §14 items 11-14 are the named scenarios.
 from __future__ import annotations
 
 import io
-import pathlib
 import struct
 from collections.abc import Callable, Iterator
 
@@ -33,18 +32,6 @@ PREFIX = b"P\x00\x00\x00\x07\x00\x00\x00\x00"
 OTHER = b"P\x00\x00\x00\x07\x00\x00\x00\x01"
 A, B, C = 100, 200, 300
 COMMIT, ABORT = ControlType.COMMIT, ControlType.ABORT
-
-
-@pytest.fixture
-def db_path(tmp_path: pathlib.Path) -> pathlib.Path:
-    return tmp_path / "db"
-
-
-@pytest.fixture
-def store(db_path: pathlib.Path) -> Iterator[NodeStore]:
-    s = NodeStore(db_path)
-    yield s
-    s.close()
 
 
 @pytest.fixture
@@ -191,7 +178,7 @@ def test_lso_evolution_matches_kafkas_first_unstable_offset_test(txn: TxnLog) ->
 
 
 def test_coordinator_epoch_fencing_survives_restart_and_snapshot(
-    txn: TxnLog, db_path: pathlib.Path, store: NodeStore, tmp_path: pathlib.Path
+    txn: TxnLog, store: NodeStore, open_store: Callable[..., NodeStore]
 ) -> None:
     # §14 item 13: marker with coordinator epoch 1, then 2 OK, then 1 -> TRANSACTION_COORDINATOR_FENCED.
     txn.ok(A, 0, 0, txn=True)
@@ -205,19 +192,13 @@ def test_coordinator_epoch_fencing_survives_restart_and_snapshot(
     snap = io.BytesIO()
     txn.log.write_snapshot(snap)
     store.close()
-    reopened = NodeStore(db_path)
-    other = NodeStore(tmp_path / "other")
-    try:
-        for log in (PartitionLog(reopened, PREFIX, "t-0"), PartitionLog(other, OTHER, "t-0")):
-            if log.high_watermark == 0:
-                snap.seek(0)
-                log.read_snapshot(snap, 50)
-            again = TxnLog(log)
-            assert error_of(again.marker(A, 3, COMMIT, coordinator_epoch=1)) is ErrorCode.TRANSACTION_COORDINATOR_FENCED
-            assert again.end(A, 3, COMMIT, coordinator_epoch=2).offset == 5
-    finally:
-        reopened.close()
-        other.close()
+    for log in (PartitionLog(open_store(), PREFIX, "t-0"), PartitionLog(open_store("other"), OTHER, "t-0")):
+        if log.high_watermark == 0:
+            snap.seek(0)
+            log.read_snapshot(snap, 50)
+        again = TxnLog(log)
+        assert error_of(again.marker(A, 3, COMMIT, coordinator_epoch=1)) is ErrorCode.TRANSACTION_COORDINATOR_FENCED
+        assert again.end(A, 3, COMMIT, coordinator_epoch=2).offset == 5
 
 
 def test_marker_with_an_older_producer_epoch_is_invalid_producer_epoch(txn: TxnLog) -> None:
@@ -456,21 +437,17 @@ def busy_log(txn: TxnLog) -> None:
     txn.end(A, 2, COMMIT, coordinator_epoch=6)
 
 
-def test_reopen_restores_txn_state_exactly(txn: TxnLog, db_path: pathlib.Path, store: NodeStore) -> None:
+def test_reopen_restores_txn_state_exactly(txn: TxnLog, store: NodeStore, open_store: Callable[..., NodeStore]) -> None:
     busy_log(txn)
     before = state(txn.log)
     committed = read_committed(txn.log, 0)
     store.close()
-    reopened = NodeStore(db_path)
-    try:
-        log = PartitionLog(reopened, PREFIX, "t-0")
-        assert state(log) == before
-        assert read_committed(log, 0) == committed
-        assert log.last_stable_offset == 6
-        TxnLog(log).end(C, 1, ABORT)
-        assert log.aborted_transactions(6, 100) == [AbortedTxn(C, 6, 9, 10)]
-    finally:
-        reopened.close()
+    log = PartitionLog(open_store(), PREFIX, "t-0")
+    assert state(log) == before
+    assert read_committed(log, 0) == committed
+    assert log.last_stable_offset == 6
+    TxnLog(log).end(C, 1, ABORT)
+    assert log.aborted_transactions(6, 100) == [AbortedTxn(C, 6, 9, 10)]
 
 
 def test_snapshot_carries_txn_state(txn: TxnLog, make_log: Callable[..., PartitionLog]) -> None:
