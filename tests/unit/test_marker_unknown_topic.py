@@ -3,7 +3,8 @@
 
 "Unknown topic" from the coordinator's own metadata may mean the node just took over and has not applied the
 topic's creation yet, not that the topic is gone. Taking it for "gone" at once skips the marker and leaves the
-transaction open on that partition for good (a copier fault test with revocations shows it), so an unknown topic is retried for a grace period first; a newer producer epoch ends the marker at once.
+transaction open on that partition for good (a copier fault test with revocations shows it), so an unknown
+topic is retried for a grace period first; a newer producer epoch ends the marker at once.
 """
 
 from __future__ import annotations
