@@ -1,6 +1,6 @@
 """Copier benchmark: exactly-once copy throughput and the rebalance time after a group member dies.
 
-Two phases against a running cluster (``python -m cluster.bench_copier``
+Two phases against a running cluster (``python -m bench.copier``
 starts its own 3-node cluster, like ``txbroker bench``):
 
 * **throughput**: fill an input topic with ``records`` unique records, then
@@ -38,8 +38,7 @@ from typing import Any
 
 from clients.aio import AsyncAdmin, AsyncConsumer, AsyncProducer
 from clients.protocol import BrokerError, ErrorCode
-
-from .copier import CopierConfig, copy
+from cluster.copier import CopierConfig, copy
 
 REPO = Path(__file__).resolve().parents[1]
 # Short session/transaction timers for the rebalance phase (the cluster must allow them).
@@ -270,9 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     import contextlib
     import tempfile
 
-    from .bench import BenchCluster, machine_info
+    from bench.produce import BenchCluster, machine_info
 
-    p = argparse.ArgumentParser(prog="python -m cluster.bench_copier", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.copier", description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=100_000)
     p.add_argument("--record-size", type=int, default=100)
     p.add_argument("--input-partitions", type=int, default=2)

@@ -16,7 +16,7 @@ Two phases against a running cluster, both through the real clients
   producer's acknowledgement latency is reported next to it, to tell the
   replication share from the consumer's.
 
-``python -m cluster.bench_consume`` starts its own 3-node cluster (like
+``python -m bench.consume`` starts its own 3-node cluster (like
 ``txbroker bench``) and prints the result as JSON.
 """
 
@@ -213,9 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
     from pathlib import Path
 
-    from .bench import BenchCluster, add_node_setting_argument, machine_info, node_settings_or_exit
+    from bench.produce import BenchCluster, add_node_setting_argument, machine_info, node_settings_or_exit
 
-    p = argparse.ArgumentParser(prog="python -m cluster.bench_consume", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.consume", description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=100_000)
     p.add_argument("--record-size", type=int, default=1024)
     p.add_argument("--partitions", type=int, default=3)

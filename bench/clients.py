@@ -17,7 +17,7 @@ drift of a shared machine cancels; the rounds are resampled for a 95 % interval.
 
 Both measure acknowledged records over ``duration_s`` after ``warmup_s`` and
 report client CPU, so the ratio between them is the value of the client. Run
-both against one cluster with ``python -m cluster.bench_client_produce``
+both against one cluster with ``python -m bench.clients``
 (starts a 3-node cluster like ``txbroker bench``) or call them with the URLs
 of a running cluster; the topic must exist.
 """
@@ -266,11 +266,10 @@ def main(argv: list[str]) -> int:
     cluster itself hit them alike; each scenario reports the round with its
     median records/s, and the ratios use those medians.
     """
+    from bench.produce import TOPIC, BenchCluster, drive_produce, make_records
     from clients.aio._batch import BATCH_OVERHEAD, NO_HEADERS, record_size
 
-    from .bench import TOPIC, BenchCluster, drive_produce, make_records
-
-    ap = argparse.ArgumentParser(prog="python -m cluster.bench_client_produce", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.clients", description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=6.0, help="measured seconds per scenario and round")
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=3)
@@ -280,7 +279,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--ceiling-concurrency", type=int, nargs="+", default=[1, 5], choices=range(1, 6),
                     help="batches in flight per partition of the raw ceiling runs (bench produce)")  # fmt: skip
     opts = ap.parse_args(argv)
-    out: dict[str, Any] = {"command": "python -m cluster.bench_client_produce " + " ".join(argv)}
+    out: dict[str, Any] = {"command": "python -m bench.clients " + " ".join(argv)}
     runs: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="txbroker-bench-client-") as tmp, BenchCluster(Path(tmp)) as cluster:
         cluster.start()

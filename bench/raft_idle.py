@@ -1,4 +1,4 @@
-"""Idle cost of many groups: ``python -m raft.bench_idle [--groups 64] [--seconds 20]``.
+"""Idle cost of many groups: ``python -m bench.raft_idle [--groups 64] [--seconds 20]``.
 
 Starts 3 ``raft.node_host`` processes on loopback, each hosting one replica of
 N data groups plus one controller-like group, waits until every group has a

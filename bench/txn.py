@@ -39,7 +39,7 @@
   a surviving node. Target <= 5 s. (``commit_transaction`` returns once
   PrepareCommit is durable, normally before the kill; the report says so.)
 
-``python -m cluster.bench_txn [--rounds N] [--duration S] [--only ...]`` runs all
+``python -m bench.txn [--rounds N] [--duration S] [--only ...]`` runs all
 six; ``run_txn_bench(opts)`` returns the same report for ``txbroker bench``.
 """
 
@@ -66,12 +66,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from clients.aio import AsyncConsumer
-from clients.aio.producer import AsyncProducer
-from clients.protocol import BrokerError
-from clients.records import TopicPartition
-
-from .bench import (
+from bench.produce import (
     BenchCluster,
     add_node_setting_argument,
     host_cpu,
@@ -82,6 +77,10 @@ from .bench import (
     self_cpu,
     wait_for,
 )
+from clients.aio import AsyncConsumer
+from clients.aio.producer import AsyncProducer
+from clients.protocol import BrokerError
+from clients.records import TopicPartition
 
 __all__ = ["add_arguments", "run_txn_bench"]
 
@@ -996,11 +995,11 @@ def run_txn_bench(opts: argparse.Namespace, settings: dict[str, Any] | None = No
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cluster.bench_txn", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.txn", description=__doc__.splitlines()[0])
     add_arguments(ap)
     opts = ap.parse_args(argv)
     settings = node_settings_or_exit(ap, opts)
-    report = {"command": "python -m cluster.bench_txn " + " ".join(argv), "machine": machine_info(),
+    report = {"command": "python -m bench.txn " + " ".join(argv), "machine": machine_info(),
               **run_txn_bench(opts, settings)}  # fmt: skip
     print(json.dumps(report, indent=2))
     return 0 if not any("error" in v for v in report.values() if isinstance(v, dict)) else 1

@@ -4,7 +4,7 @@ On one cluster and one topic filled once (``records`` x ``record_size`` bytes,
 AsyncProducer):
 
 * **read**: the same offset range read by (a) the Python ``AsyncConsumer``
-  (``bench_consume``'s checked read: every offset once, in order), (b) the
+  (``bench.consume``'s checked read: every offset once, in order), (b) the
   ``txbroker consume`` command (a subprocess printing every value to
   /dev/null; its wall time includes interpreter start) and (c) Spark on
   ``master`` (default ``local[2]``): ``spark.read.format("txbroker")`` over the
@@ -17,7 +17,7 @@ AsyncProducer):
   ``AsyncProducer`` (idempotent, not transactional) writing the same number of
   records of the same size.
 
-``python -m cluster.bench_spark`` starts its own 3-node cluster and prints JSON;
+``python -m bench.spark`` starts its own 3-node cluster and prints JSON;
 ``scenario_spark(opts, shared)`` is the ``txbroker bench spark`` entry.
 """
 
@@ -35,9 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.consume import _ensure_topic, _fill, _read_range
 from clients.aio import AsyncConsumer
-
-from .bench_consume import _ensure_topic, _fill, _read_range
 
 REPO = Path(__file__).resolve().parents[1]
 READ_TOPIC = "spark-bench"
@@ -66,7 +65,7 @@ def _spark_read(
     )
     if min_partitions:
         reader = reader.option("minPartitions", str(min_partitions))
-    from .bench import host_cpu  # not at import time: bench.py imports this module
+    from bench.produce import host_cpu
 
     df = reader.load()
     h0, t0 = host_cpu(), time.perf_counter()
@@ -178,7 +177,7 @@ def run_spark_bench(
 
 def scenario_spark(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any]:
     """``txbroker bench spark``: a fresh 3-node cluster, then ``run_spark_bench``."""
-    from .bench import BenchCluster
+    from bench.produce import BenchCluster
 
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="txbroker-bench-spark-"))
@@ -194,9 +193,9 @@ def scenario_spark(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .bench import machine_info
+    from bench.produce import machine_info
 
-    p = argparse.ArgumentParser(prog="python -m cluster.bench_spark", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.spark", description=__doc__.splitlines()[0])
     p.add_argument("--records", dest="spark_records", type=int, default=200_000)
     p.add_argument("--write-records", dest="spark_write_records", type=int, default=50_000)
     p.add_argument("--record-size", type=int, default=1024)

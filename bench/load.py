@@ -1,6 +1,6 @@
 """What a produce request costs the nodes at full load and below it, at the same batch size.
 
-One fresh 3-node cluster (``cluster.bench.BenchCluster``), one idempotent
+One fresh 3-node cluster (``bench.produce.BenchCluster``), one idempotent
 ``AsyncProducer`` (1 KiB records, ``linger_ms=5``, 64 KiB batches) held at each
 offered rate in turn (0 = as fast as it goes), in rounds of short windows so
 that machine drift falls on every rate alike. Per rate: records/s, the node
@@ -26,9 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.produce import BenchCluster, add_node_setting_argument, node_settings_or_exit, sum_samples
 from clients.aio.producer import AsyncProducer
-
-from .bench import BenchCluster, add_node_setting_argument, node_settings_or_exit, sum_samples
 
 _TOPIC = "bench-load"
 _RAFT_MESSAGES = "txbroker_raft_messages_sent_total"

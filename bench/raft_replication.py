@@ -1,4 +1,4 @@
-"""Replication throughput of one group: ``python -m raft.bench_replication``.
+"""Replication throughput of one group: ``python -m bench.raft_replication``.
 
 Starts 3 node processes on loopback hosting one group; the leader's process
 submits ``--n`` commands of ``--size`` bytes (default 64 KiB) with at most
@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any
 
-from raft.bench_idle import free_port
+from bench.raft_idle import free_port
 from raft.node_host import HostProcess
 
 PASSWORD = "bench-password"
@@ -128,7 +128,7 @@ def _bare_bench(obj: Any, n: int, size: int, outstanding: int) -> dict[str, Any]
 
 def _spawn_bare(addr: str, members: list[str], data: str, log: str) -> HostProcess:
     args = ["--bare-node", addr, ",".join(members), data]
-    return HostProcess(args, stderr_path=log, module="raft.bench_replication")
+    return HostProcess(args, stderr_path=log, module="bench.raft_replication")
 
 
 def main() -> None:

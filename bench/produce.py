@@ -4,9 +4,9 @@ Every scenario starts its own fresh 3-node cluster (node processes on loopback,
 ports chosen at run time, data in a temp dir) and stops every process it
 started, on error and Ctrl-C too. ``all`` runs fetch on the produce cluster.
 The produce scenario also measures, in the same run, bare Raft replication of
-the same batch bytes (``raft.bench_replication`` when present, else 3
+the same batch bytes (``bench.raft_replication`` when present, else 3
 ``raft.node_host`` processes with the broker's Raft settings) and raw rocksdict
-puts (``storage.bench_apply``), and reports the broker's rate as ratios of both.
+puts (``bench.storage_apply``), and reports the broker's rate as ratios of both.
 See BENCHMARKS.md for results and what limits them.
 """
 
@@ -52,9 +52,8 @@ from clients.protocol import (
     encode_batch,
     encode_produce_request,
 )
-
-from .config import NodeConfig, free_ports, make_cluster_configs, write_configs
-from .health import Samples, scrape
+from cluster.config import NodeConfig, free_ports, make_cluster_configs, write_configs
+from cluster.health import Samples, scrape
 
 REPO = Path(__file__).resolve().parents[1]
 TOPIC = "bench"
@@ -572,8 +571,8 @@ async def drive_produce(cluster: BenchCluster, leaders: dict[int, str], opts: ar
 def replication_rate(stock: bool, size: int, outstanding: int, seconds: float) -> dict[str, Any]:
     """Replication MB/s of ``size``-byte commands, one group on 3 processes, leader-local submits.
 
-    ``stock``: stock PySyncObj as ``raft.bench_replication --bare`` configures it; else the raft/ layer
-    (``raft.node_host``) with a node's default Raft settings. raft/bench_replication.py exports no function,
+    ``stock``: stock PySyncObj as ``bench.raft_replication --bare`` configures it; else the raft/ layer
+    (``raft.node_host``) with a node's default Raft settings. bench/raft_replication.py exports no function,
     so this drives its child processes (same JSON-lines protocol) directly.
     """
     from raft.node_host import HostProcess
@@ -586,7 +585,7 @@ def replication_rate(stock: bool, size: int, outstanding: int, seconds: float) -
             for i, addr in enumerate(addrs):
                 data, log = os.path.join(tmp, f"n{i}"), os.path.join(tmp, f"n{i}.log")
                 if stock:
-                    from raft.bench_replication import _spawn_bare
+                    from bench.raft_replication import _spawn_bare
 
                     procs.append(_spawn_bare(addr, addrs, data, log))
                 else:
@@ -624,7 +623,7 @@ def baseline(stock: bool, size: int, outstanding: int, seconds: float) -> dict[s
 
 
 def rocksdict_rates(size: int, count: int) -> dict[str, Any]:
-    from storage.bench_apply import apply_rate, raw_put_rate
+    from bench.storage_apply import apply_rate, raw_put_rate
 
     with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
         raw = raw_put_rate(a, size, count)

@@ -1,6 +1,6 @@
 """What Prometheus scraping costs: produce throughput with and without a 1 s scrape, in one run.
 
-One fresh 3-node cluster (``cluster.bench.BenchCluster``) takes a steady
+One fresh 3-node cluster (``bench.produce.BenchCluster``) takes a steady
 idempotent produce load; the run alternates windows without and with a
 scraper that GETs every node's ``/metrics`` every ``scrape_interval_s``
 (what a Prometheus with that interval does to the nodes). Alternating
@@ -9,7 +9,7 @@ log growth) out of the comparison. The server-side render time per scrape,
 read from the nodes' own ``txbroker_http_request_duration_seconds``, gives a
 second, noise-free estimate of the cost.
 
-    python -m cluster.bench_metrics [--duration 40] [--window 5] [--json]
+    python -m bench.metrics [--duration 40] [--window 5] [--json]
 
 The lead can wire ``measure_metrics_overhead`` into ``txbroker bench``.
 """
@@ -29,8 +29,8 @@ from typing import Any
 
 import aiohttp
 
-from .bench import TOPIC, BenchCluster, Load, PartitionWriter, make_records, proc_stat
-from .health import scrape
+from bench.produce import TOPIC, BenchCluster, Load, PartitionWriter, make_records, proc_stat
+from cluster.health import scrape
 
 
 async def _scraper(session: aiohttp.ClientSession, urls: list[str], interval: float, on: asyncio.Event,
@@ -168,7 +168,7 @@ async def measure_metrics_overhead(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cluster.bench_metrics", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.metrics", description=__doc__.splitlines()[0])
     p.add_argument("--duration", type=float, default=40.0, help="measured seconds (off and on windows together)")
     p.add_argument("--window", type=float, default=5.0)
     p.add_argument("--scrape-interval", type=float, default=1.0)

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from cluster.bench_load import main
+from bench.load import main
 
 pytestmark = pytest.mark.integration
 
