@@ -1,4 +1,4 @@
-"""``txbroker bench load`` runs end to end on a short sweep (numbers in BENCHMARKS.md, "Session 12")."""
+"""``txbroker bench load`` runs end to end on a short sweep (numbers in BENCHMARKS.md)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bench.produce import sum_samples
+from bench.measure import sum_samples
 from clients import Producer
 from clients.protocol import (
     PRODUCE_CONTENT_TYPE,
