@@ -394,22 +394,32 @@ def build_parser() -> argparse.ArgumentParser:
     bootstrap(p)
     p.set_defaults(fn=cmd_txn_producers)
 
-    p = sub.add_parser("bench", help="measure throughput, latency and failover (see BENCHMARKS.md)", add_help=False)
+    # Every word after ``bench`` goes to the bench module's own parser, flags first too (``bench --help``,
+    # ``bench --json``): with a prefix character no argument starts with, this parser reads them all as positionals.
+    p = sub.add_parser(
+        "bench",
+        help="measure throughput, latency and failover (see BENCHMARKS.md)",
+        add_help=False,
+        prefix_chars="\x00",
+    )
     p.add_argument("bench_args", nargs=argparse.REMAINDER)
     p.set_defaults(fn=cmd_bench)
     return ap
 
 
-# ``txbroker bench <scenario>``: the broker scenarios live in cluster/bench.py, the others in their own modules.
+# ``txbroker bench <scenario>``: modules of the top-level ``bench`` package (tools beside the server, which imports
+# none of them), loaded by name when asked for. The broker scenarios (produce, fetch, failover, idle) live in
+# ``BROKER_BENCH``, the others in their own modules.
+BROKER_BENCH = "bench.produce"
 EXTRA_BENCHES = {
-    "clients": "cluster.bench_client_produce",  # Python producer vs JSON over raw HTTP vs the raw ceiling
-    "send-path": "cluster.bench_send_path",  # the producer's client CPU per record, no cluster
-    "consume": "cluster.bench_consume",  # consume throughput and end-to-end latency
-    "load": "cluster.bench_load",  # a produce request's node cost at full load and below it (offered rates)
-    "txn": "cluster.bench_txn",  # transactional overhead, read_committed cost, visibility latency, coordinator failover
-    "copier": "cluster.bench_copier",  # consume-transform-produce throughput, rebalance time
-    "metrics": "cluster.bench_metrics",  # cost of a 1 s Prometheus scrape
-    "spark": "cluster.bench_spark",  # Spark batch read/write vs the Python clients
+    "clients": "bench.clients",  # Python producer vs JSON over raw HTTP vs the raw ceiling
+    "send-path": "bench.send_path",  # the producer's client CPU per record, no cluster
+    "consume": "bench.consume",  # consume throughput and end-to-end latency
+    "load": "bench.load",  # a produce request's node cost at full load and below it (offered rates)
+    "txn": "bench.txn",  # transactional overhead, read_committed cost, visibility latency, coordinator failover
+    "copier": "bench.copier",  # consume-transform-produce throughput, rebalance time
+    "metrics": "bench.metrics",  # cost of a 1 s Prometheus scrape
+    "spark": "bench.spark",  # Spark batch read/write vs the Python clients
 }
 
 
@@ -417,15 +427,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import importlib
 
     argv = list(args.bench_args)
-    if argv and argv[0] in EXTRA_BENCHES:
-        module = importlib.import_module(EXTRA_BENCHES[argv[0]])
-        rc: int = module.main(argv[1:])
-        return rc
-    from .bench import main as bench_main
-
+    extra = EXTRA_BENCHES.get(argv[0]) if argv else None
     if argv and argv[0] in ("-h", "--help"):
         print("extra scenarios: " + ", ".join(f"{k} ({v})" for k, v in EXTRA_BENCHES.items()))
-    return bench_main(argv)
+    module = importlib.import_module(extra or BROKER_BENCH)
+    rc: int = module.main(argv[1:] if extra else argv)
+    return rc
 
 
 def main(argv: list[str] | None = None) -> int:

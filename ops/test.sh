@@ -19,7 +19,7 @@ echo "== ruff"
 ruff check .
 echo "== mypy"
 mypy --strict storage raft clients coordinator
-mypy cluster
+mypy cluster bench
 echo "== pytest"
 set +e
 python -m pytest -p no:cacheprovider "$@"

@@ -1,6 +1,6 @@
 """A process hosting one ``RaftNode`` and N groups, driven by JSON lines on stdin.
 
-Used by the benchmarks (``raft.bench_idle``, ``raft.bench_replication``) and
+Used by the benchmarks (``bench.raft_idle``, ``bench.raft_replication``) and
 the multi-process integration tests. One request per line on stdin, one
 JSON reply per line on stdout, in order. Requests (``op``):
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from bench.measure import sum_samples
 from clients import Producer
 from clients.protocol import (
     PRODUCE_CONTENT_TYPE,
@@ -24,7 +25,6 @@ from clients.protocol import (
     encode_produce_request,
     encode_token,
 )
-from cluster.bench import sum_samples
 from cluster.health import scrape
 from cluster.peers import AUTH_HEADER, sign
 from cluster.txn import CarriedMarker, TxnTokens

@@ -7,7 +7,6 @@ import pathlib
 import pytest
 
 from clients.protocol import BrokerError, ErrorCode
-from storage.bench_apply import apply_rate, raw_put_rate
 from storage.commands import (
     AppendCommand,
     DeleteRecordsCommand,
@@ -62,8 +61,3 @@ def test_iter_and_delete_prefix(tmp_path: pathlib.Path) -> None:
     finally:
         store.close()
         store.close()  # idempotent
-
-
-def test_bench_functions_report_rates(tmp_path: pathlib.Path) -> None:
-    assert raw_put_rate(tmp_path / "raw", 4096, 20) > 0
-    assert apply_rate(tmp_path / "apply", 4096, 20) > 0

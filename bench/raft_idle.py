@@ -1,4 +1,4 @@
-"""Idle cost of many groups: ``python -m raft.bench_idle [--groups 64] [--seconds 20]``.
+"""Idle cost of many groups: ``python -m bench.raft_idle [--groups 64] [--seconds 20]``.
 
 Starts 3 ``raft.node_host`` processes on loopback, each hosting one replica of
 N data groups plus one controller-like group, waits until every group has a
@@ -10,39 +10,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import tempfile
 import time
 
+from cluster.config import free_ports
 from raft.node_host import HostProcess
 
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    # fields[11], fields[12] = utime, stime (stat fields 14 and 15)
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
-
-
-def rss_and_threads(pid: int) -> tuple[float, int]:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[21]) * _PAGE / 1e6, int(fields[17])
+from .measure import proc_stat
 
 
 def start_cluster(
     n_groups: int, extra: list[str], tmp: str, extra_args: list[str]
 ) -> tuple[list[HostProcess], list[str]]:
-    addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    addrs = [f"127.0.0.1:{port}" for port in free_ports(3)]
     procs = []
     for i, addr in enumerate(addrs):
         args = [
@@ -86,17 +66,17 @@ def main() -> None:
             elected = wait_all_leaders(procs, total, 60.0)
             print(f"{total} groups x 3 nodes: all leaders ready after {elected:.1f}s")
             time.sleep(2.0)  # let startup traffic settle
-            before = [cpu_seconds(p.pid) for p in procs]
+            before = [proc_stat(p.pid)[0] for p in procs]
             t0 = time.monotonic()
             time.sleep(args.seconds)
             wall = time.monotonic() - t0
-            after = [cpu_seconds(p.pid) for p in procs]
+            after = [proc_stat(p.pid)[0] for p in procs]
             print(
                 f"idle window {wall:.1f}s, heartbeat {args.heartbeat}s, "
                 f"tick interval {args.tick_interval}s, tick threads {args.tick_threads}"
             )
             for i, p in enumerate(procs):
-                rss, threads = rss_and_threads(p.pid)
+                _, rss, threads = proc_stat(p.pid)
                 pct = 100.0 * (after[i] - before[i]) / wall
                 print(f"node {i} pid {p.pid}: cpu {pct:5.2f}% rss {rss:6.1f} MB threads {threads}")
         finally:

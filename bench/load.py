@@ -1,6 +1,6 @@
 """What a produce request costs the nodes at full load and below it, at the same batch size.
 
-One fresh 3-node cluster (``cluster.bench.BenchCluster``), one idempotent
+One fresh 3-node cluster (``bench.harness.BenchCluster``), one idempotent
 ``AsyncProducer`` (1 KiB records, ``linger_ms=5``, 64 KiB batches) held at each
 offered rate in turn (0 = as fast as it goes), in rounds of short windows so
 that machine drift falls on every rate alike. Per rate: records/s, the node
@@ -8,7 +8,7 @@ processes' CPU per record and per produce request, produce requests and Raft
 messages per 1,000 records. Batches stay full down to about 30,000 records/s on
 3 partitions, so what changes with the rate is how much the work coalesces: an
 AppendEntries carrying several entries, one wake-up serving several requests.
-BENCHMARKS.md, "Session 12", has the numbers; a commit's cost at full load
+BENCHMARKS.md has the numbers; a commit's cost at full load
 follows from them (docs/pipelined-transactions.md).
 
     txbroker bench load [--rates 0,45000,40000,30000] [--rounds 5] [--window 2.5] [--json]
@@ -21,14 +21,13 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from clients.aio.producer import AsyncProducer
 
-from .bench import BenchCluster, add_node_setting_argument, node_settings_or_exit, sum_samples
+from .harness import BenchCluster, add_node_setting_argument, fresh_cluster, node_settings_or_exit
+from .measure import sum_samples
 
 _TOPIC = "bench-load"
 _RAFT_MESSAGES = "txbroker_raft_messages_sent_total"
@@ -133,11 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(r < 0 for r in opts.rates) or opts.window <= opts.warmup or opts.rounds < 1:
         p.error("rates must be >= 0, --window above --warmup, --rounds >= 1")
     settings = node_settings_or_exit(p, opts)
-    with (
-        tempfile.TemporaryDirectory(prefix="txbroker-bench-load-") as tmp,
-        BenchCluster(Path(tmp), settings=settings) as cluster,
-    ):
-        cluster.start()
+    with fresh_cluster("txbroker-bench-load-", settings) as cluster:
         cluster.create_topic(_TOPIC, opts.partitions)
         cluster.preferred_leaders(_TOPIC)
         res = asyncio.run(sweep(cluster, opts))

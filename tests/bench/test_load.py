@@ -1,4 +1,4 @@
-"""``txbroker bench load`` runs end to end on a short sweep (numbers in BENCHMARKS.md, "Session 12")."""
+"""``txbroker bench load`` runs end to end on a short sweep (numbers in BENCHMARKS.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from cluster.bench_load import main
+from bench.load import main
 
 pytestmark = pytest.mark.integration
 

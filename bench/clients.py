@@ -17,7 +17,7 @@ drift of a shared machine cancels; the rounds are resampled for a 95 % interval.
 
 Both measure acknowledged records over ``duration_s`` after ``warmup_s`` and
 report client CPU, so the ratio between them is the value of the client. Run
-both against one cluster with ``python -m cluster.bench_client_produce``
+both against one cluster with ``python -m bench.clients``
 (starts a 3-node cluster like ``txbroker bench``) or call them with the URLs
 of a running cluster; the topic must exist.
 """
@@ -31,32 +31,27 @@ import contextlib
 import functools
 import json
 import os
-import random
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from clients.aio.producer import AsyncProducer
 
+from .harness import fresh_cluster
+from .measure import bootstrap_95, quantile, self_cpu
+from .produce_load import TOPIC, drive_produce, make_records
+
 __all__ = ["run_client_produce_bench", "run_json_http_produce_bench"]
 
 
-def _cpu() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    values = sorted(values)
-    return round(values[min(len(values) - 1, int(q * len(values)))] * 1000, 1)
+def _ms(seconds: list[float], q: float) -> float | None:
+    """The ``q`` quantile of latencies in seconds, in ms (one decimal)."""
+    value = quantile(seconds, q)
+    return None if value is None else round(value * 1000, 1)
 
 
 async def run_client_produce_bench(
@@ -122,8 +117,8 @@ async def run_client_produce_bench(
             now = time.monotonic()
             if not window[0] and now >= t0:
                 window[0] = True
-                m0, c0, t0 = p.metrics(), _cpu(), now
-        m1, c1, t_end = p.metrics(), _cpu(), time.monotonic()
+                m0, c0, t0 = p.metrics(), self_cpu(), now
+        m1, c1, t_end = p.metrics(), self_cpu(), time.monotonic()
         window[0] = False
         await p.flush()
     wall = t_end - t0
@@ -133,8 +128,8 @@ async def run_client_produce_bench(
         "seconds": round(wall, 2),
         "records_per_s": round(records / wall),
         "mb_per_s": round(payload / wall / 1e6, 2),
-        "p50_ms": _pct(latencies, 0.5),
-        "p99_ms": _pct(latencies, 0.99),
+        "p50_ms": _ms(latencies, 0.5),
+        "p99_ms": _ms(latencies, 0.99),
         "client_cpu_pct": round(100 * (c1 - c0) / wall, 1),
         "requests": m1["requests"] - m0["requests"],
         "records_per_request": round(records / max(1, m1["requests"] - m0["requests"]), 1),
@@ -204,10 +199,10 @@ async def run_json_http_produce_bench(
         try:
             await asyncio.sleep(warmup_s)
             window[0] = True
-            t0, c0 = time.monotonic(), _cpu()
+            t0, c0 = time.monotonic(), self_cpu()
             await asyncio.sleep(duration_s)
             window[0] = False
-            wall, cpu = time.monotonic() - t0, _cpu() - c0
+            wall, cpu = time.monotonic() - t0, self_cpu() - c0
         finally:
             stop[0] = True
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -215,8 +210,8 @@ async def run_json_http_produce_bench(
         "seconds": round(wall, 2),
         "records_per_s": round(acked[0] / wall),
         "mb_per_s": round(acked[0] * record_size / wall / 1e6, 2),
-        "p50_ms": _pct(lat, 0.5),
-        "p99_ms": _pct(lat, 0.99),
+        "p50_ms": _ms(lat, 0.5),
+        "p99_ms": _ms(lat, 0.99),
         "client_cpu_pct": round(100 * cpu / wall, 1),
         "errors": dict(errors),
         "config": {
@@ -228,17 +223,15 @@ async def run_json_http_produce_bench(
     }
 
 
-def paired_ratio(pairs: list[tuple[float, float]], draws: int = 2000) -> dict[str, Any]:
+def paired_ratio(pairs: list[tuple[float, float]]) -> dict[str, Any]:
     """Ratio of totals sum(a)/sum(b) over rounds of (a, b), each round's ratio, and a 95 % bootstrap interval."""
-    rng = random.Random(0)
-    ratios = []
-    for _ in range(draws):
-        sample = [pairs[rng.randrange(len(pairs))] for _ in pairs]
-        ratios.append(sum(a for a, _ in sample) / max(1e-9, sum(b for _, b in sample)))
-    ratios.sort()
+
+    def ratio_of_totals(rounds: list[tuple[float, float]]) -> float:
+        return sum(a for a, _ in rounds) / max(1e-9, sum(b for _, b in rounds))
+
     return {
-        "ratio_of_totals": round(sum(a for a, _ in pairs) / max(1e-9, sum(b for _, b in pairs)), 3),
-        "ratio_95pct_interval": [round(ratios[int(0.025 * draws)], 3), round(ratios[int(0.975 * draws) - 1], 3)],
+        "ratio_of_totals": round(ratio_of_totals(pairs), 3),
+        "ratio_95pct_interval": bootstrap_95(pairs, ratio_of_totals),
         "per_round": [round(a / b, 3) if b else None for a, b in pairs],
     }
 
@@ -266,11 +259,10 @@ def main(argv: list[str]) -> int:
     cluster itself hit them alike; each scenario reports the round with its
     median records/s, and the ratios use those medians.
     """
+    # Imported here: elsewhere in this module ``record_size`` is a parameter.
     from clients.aio._batch import BATCH_OVERHEAD, NO_HEADERS, record_size
 
-    from .bench import TOPIC, BenchCluster, drive_produce, make_records
-
-    ap = argparse.ArgumentParser(prog="python -m cluster.bench_client_produce", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.clients", description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=6.0, help="measured seconds per scenario and round")
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--rounds", type=int, default=3)
@@ -280,10 +272,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--ceiling-concurrency", type=int, nargs="+", default=[1, 5], choices=range(1, 6),
                     help="batches in flight per partition of the raw ceiling runs (bench produce)")  # fmt: skip
     opts = ap.parse_args(argv)
-    out: dict[str, Any] = {"command": "python -m cluster.bench_client_produce " + " ".join(argv)}
+    out: dict[str, Any] = {"command": "python -m bench.clients " + " ".join(argv)}
     runs: dict[str, list[dict[str, Any]]] = {}
-    with tempfile.TemporaryDirectory(prefix="txbroker-bench-client-") as tmp, BenchCluster(Path(tmp)) as cluster:
-        cluster.start()
+    with fresh_cluster("txbroker-bench-client-") as cluster:
         urls = [c.url for c in cluster.configs]
         for name in ("client", "json1", "jsonb"):
             cluster.create_topic(name, opts.partitions)

@@ -1,6 +1,6 @@
 """What Prometheus scraping costs: produce throughput with and without a 1 s scrape, in one run.
 
-One fresh 3-node cluster (``cluster.bench.BenchCluster``) takes a steady
+One fresh 3-node cluster (``bench.harness.BenchCluster``) takes a steady
 idempotent produce load; the run alternates windows without and with a
 scraper that GETs every node's ``/metrics`` every ``scrape_interval_s``
 (what a Prometheus with that interval does to the nodes). Alternating
@@ -9,9 +9,10 @@ log growth) out of the comparison. The server-side render time per scrape,
 read from the nodes' own ``txbroker_http_request_duration_seconds``, gives a
 second, noise-free estimate of the cost.
 
-    python -m cluster.bench_metrics [--duration 40] [--window 5] [--json]
+    txbroker bench metrics [--duration 40] [--window 5] [--json]
 
-The lead can wire ``measure_metrics_overhead`` into ``txbroker bench``.
+``python -m bench.metrics`` takes the same flags; ``measure_metrics_overhead``
+(async) runs the comparison and returns the numbers.
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ from typing import Any
 
 import aiohttp
 
-from .bench import TOPIC, BenchCluster, Load, PartitionWriter, make_records, proc_stat
-from .health import scrape
+from cluster.health import scrape
+
+from .harness import BenchCluster
+from .measure import proc_stat
+from .produce_load import TOPIC, Load, PartitionWriter, make_records
 
 
 async def _scraper(session: aiohttp.ClientSession, urls: list[str], interval: float, on: asyncio.Event,
@@ -118,11 +122,11 @@ async def measure_metrics_overhead(
                         scrape_on.set()
                     else:
                         scrape_on.clear()
-                    cpu0 = sum(proc_stat(p.pid)[0] for p in cluster.procs.values())
+                    cpu0 = cluster.nodes_cpu()
                     s0, t0 = stats["scrapes"], time.monotonic()
                     await asyncio.sleep(window_s)
                     t1 = time.monotonic()
-                    cpu1 = sum(proc_stat(p.pid)[0] for p in cluster.procs.values())
+                    cpu1 = cluster.nodes_cpu()
                     w = load.window(t0, t1)
                     windows.append({
                         "scrape": scraping, "mb_per_s": w["mb_per_s"], "records_per_s": w["records_per_s"],
@@ -168,7 +172,7 @@ async def measure_metrics_overhead(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cluster.bench_metrics", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.metrics", description=__doc__.splitlines()[0])
     p.add_argument("--duration", type=float, default=40.0, help="measured seconds (off and on windows together)")
     p.add_argument("--window", type=float, default=5.0)
     p.add_argument("--scrape-interval", type=float, default=1.0)

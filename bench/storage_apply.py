@@ -1,7 +1,7 @@
 """Apply throughput of ``PartitionLog`` versus raw rocksdict puts of the same bytes.
 
-``python -m storage.bench_apply [--payload-bytes N] [--count N]`` prints both rates
-in MB/s. cluster/'s bench imports ``raw_put_rate`` and ``apply_rate``.
+``python -m bench.storage_apply [--payload-bytes N] [--count N]`` prints both rates
+in MB/s. ``txbroker bench produce`` imports ``raw_put_rate`` and ``apply_rate``.
 
 The batches are built (and their CRCs computed) before timing starts; the
 apply timing covers decoding the command, the header CRC check, the producer

@@ -6,7 +6,7 @@ without them: metadata for a 3-partition topic is preset, the producer id is
 set, and every produce request is answered at once (after one event-loop
 turn) with consecutive offsets. What remains is ``send()``, batching,
 sealing, the sender, answer handling and the futures -- everything but the
-network. ``python -m cluster.bench_send_path`` prints microseconds of CPU per
+network. ``python -m bench.send_path`` prints microseconds of CPU per
 record.
 """
 
@@ -72,14 +72,14 @@ async def run_send_path_bench(records: int, record_size: int = 1024, warmup: int
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cluster.bench_send_path", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.send_path", description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=300_000)
     ap.add_argument("--record-size", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
     opts = ap.parse_args(argv)
     runs = [asyncio.run(run_send_path_bench(opts.records, opts.record_size)) for _ in range(opts.rounds)]
     per = sorted(r["cpu_us_per_record"] for r in runs)
-    print(json.dumps({"command": "python -m cluster.bench_send_path " + " ".join(argv), "runs": runs,
+    print(json.dumps({"command": "python -m bench.send_path " + " ".join(argv), "runs": runs,
                       "cpu_us_per_record_median": per[len(per) // 2]}, indent=2))  # fmt: skip
     return 0
 

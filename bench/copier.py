@@ -1,6 +1,6 @@
 """Copier benchmark: exactly-once copy throughput and the rebalance time after a group member dies.
 
-Two phases against a running cluster (``python -m cluster.bench_copier``
+Two phases against a running cluster (``python -m bench.copier``
 starts its own 3-node cluster, like ``txbroker bench``):
 
 * **throughput**: fill an input topic with ``records`` unique records, then
@@ -36,12 +36,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from clients.aio import AsyncAdmin, AsyncConsumer, AsyncProducer
+from clients.aio import AsyncConsumer, AsyncProducer
 from clients.protocol import BrokerError, ErrorCode
+from cluster.copier import CopierConfig, copy
 
-from .copier import CopierConfig, copy
+from .consume import ensure_topic
+from .harness import REPO, fresh_cluster, http_json, wait_for
+from .measure import machine_info
 
-REPO = Path(__file__).resolve().parents[1]
 # Short session/transaction timers for the rebalance phase (the cluster must allow them).
 CLUSTER_OVERRIDES = {"group_min_session_timeout_ms": 1000, "transaction_abort_scan_interval_ms": 500}
 
@@ -49,16 +51,6 @@ CLUSTER_OVERRIDES = {"group_min_session_timeout_ms": 1000, "transaction_abort_sc
 def value_of(i: int, size: int) -> bytes:
     head = f"{i:010d}".encode()
     return head + b"x" * max(0, size - len(head))
-
-
-async def _create(urls: list[str], topic: str, partitions: int) -> None:
-    async with AsyncAdmin(urls) as admin:
-        try:
-            await admin.create_topic(topic, partitions=partitions, replication_factor=3)
-        except BrokerError as exc:
-            if exc.error_code is not ErrorCode.TOPIC_ALREADY_EXISTS:
-                raise
-        await admin.wait_for_leaders(topic, timeout_s=60)
 
 
 async def _fill(urls: list[str], topic: str, records: int, size: int) -> float:
@@ -96,7 +88,7 @@ async def _throughput(
     urls: list[str], src: str, name: str, records: int, out_partitions: int, commit_every: int, commit_every_ms: int
 ) -> dict[str, Any]:
     dst = f"{src}-out-{name}"
-    await _create(urls, dst, out_partitions)
+    await ensure_topic(urls, dst, out_partitions, 3)
     events: list[tuple[float, dict[str, Any]]] = []
     config = CopierConfig(
         bootstrap=",".join(urls), input_topic=src, output_topic=dst, group_id=f"bench-{name}",
@@ -126,13 +118,6 @@ async def _throughput(
     }
 
 
-def _http(url: str) -> Any:
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.loads(resp.read())
-
-
 class _Watch:
     """The group as any live node reports it: members, assignments, committed offsets."""
 
@@ -140,11 +125,14 @@ class _Watch:
         self.urls, self.group = urls, group
 
     def get(self, suffix: str) -> Any:
+        """The first answer of a node to ``GET /v1/groups/<group><suffix>``; None when none answers."""
         for url in self.urls:
             try:
-                return _http(f"{url}/v1/groups/{self.group}{suffix}")
-            except OSError:
+                status, body = http_json("GET", f"{url}/v1/groups/{self.group}{suffix}", timeout=5)
+            except (OSError, ValueError):
                 continue
+            if status == 200:
+                return body
         return None
 
     def owners(self) -> dict[str, list[tuple[str, int]]]:
@@ -158,24 +146,13 @@ class _Watch:
         return {(o["topic"], o["partition"]): int(o["offset"]) for o in d.get("offsets", [])}
 
 
-def _wait(pred: Any, timeout: float, what: str, interval: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, f"timed out waiting for {what}")
-        time.sleep(interval)
-
-
 def _rebalance(
     urls: list[str], src: str, partitions: int, sig: signal.Signals, session_ms: int, txn_timeout_ms: int, workdir: Path
 ) -> dict[str, Any]:
     """Two copiers; stop one with ``sig`` mid-run; time the survivor's takeover (module docstring)."""
     name = f"rebalance-{sig.name.lower()}"
     group = f"bench-{name}"
-    asyncio.run(_create(urls, f"{src}-out-{name}", 3))
+    asyncio.run(ensure_topic(urls, f"{src}-out-{name}", 3, 3))
     procs: list[subprocess.Popen[bytes]] = []
     heartbeat_ms = max(100, session_ms // 10)
     try:
@@ -192,15 +169,17 @@ def _rebalance(
                     )
                 )  # fmt: skip
         watch = _Watch(urls, group)
-        owners = _wait(lambda: (o := watch.owners()) and len(o) == 2 and all(o.values()) and o, 60, "two members")
+        owners = wait_for(
+            lambda: (o := watch.owners()) and len(o) == 2 and all(o.values()) and o, 60, "two members", 0.02
+        )
         all_tps = sorted(tp for tps in owners.values() for tp in tps)
-        _wait(lambda: sum(watch.committed().values()) > 0, 60, "first commits")
+        wait_for(lambda: sum(watch.committed().values()) > 0, 60, "first commits", 0.02)
         t_kill = time.perf_counter()
         procs[1].send_signal(sig)
         procs[1].wait(30)
         at_kill = watch.committed()
-        survivor = _wait(lambda: (o := watch.owners()) and len(o) == 1 and next(iter(o.values())) == all_tps and o,
-                         120, "the survivor to own every partition")  # fmt: skip
+        survivor = wait_for(lambda: (o := watch.owners()) and len(o) == 1 and next(iter(o.values())) == all_tps and o,
+                         120, "the survivor to own every partition", 0.02)  # fmt: skip
         t_rebalanced = time.perf_counter()
         (survivor_id,) = survivor
         victim_tps = [tp for mid, tps in owners.items() if mid != survivor_id for tp in tps]
@@ -209,7 +188,7 @@ def _rebalance(
             now = watch.committed()
             return any(now.get(tp, 0) > at_kill.get(tp, 0) for tp in victim_tps)
 
-        _wait(resumed, 120, "a commit on the dead member's partitions")
+        wait_for(resumed, 120, "a commit on the dead member's partitions", 0.02)
         t_resumed = time.perf_counter()
         return {
             "stop": sig.name,
@@ -229,7 +208,7 @@ async def run_copier_throughput(
     urls: list[str], *, records: int, record_size: int, in_partitions: int, out_partitions: int
 ) -> dict[str, Any]:
     src = "copier-bench-in"
-    await _create(urls, src, in_partitions)
+    await ensure_topic(urls, src, in_partitions, 3)
     fill_s = await _fill(urls, src, records, record_size)
     modes = {
         "every_100ms": await _throughput(urls, src, "100ms", records, out_partitions, 0, 100),
@@ -258,7 +237,7 @@ def run_copier_bench(
         )
     )
     src = "copier-bench-rebalance-in"
-    asyncio.run(_create(urls, src, 2))
+    asyncio.run(ensure_topic(urls, src, 2, 3))
     asyncio.run(_fill(urls, src, rebalance_records, record_size))
     rebalance = [
         _rebalance(urls, src, 2, sig, session_ms, txn_timeout_ms, workdir) for sig in (signal.SIGKILL, signal.SIGTERM)
@@ -267,12 +246,7 @@ def run_copier_bench(
 
 
 def main(argv: list[str] | None = None) -> int:
-    import contextlib
-    import tempfile
-
-    from .bench import BenchCluster, machine_info
-
-    p = argparse.ArgumentParser(prog="python -m cluster.bench_copier", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.copier", description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=100_000)
     p.add_argument("--record-size", type=int, default=100)
     p.add_argument("--input-partitions", type=int, default=2)
@@ -281,14 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--session-timeout-ms", type=int, default=3000)
     p.add_argument("--transaction-timeout-ms", type=int, default=5000)
     args = p.parse_args(argv)
-    with contextlib.ExitStack() as stack:
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="txbroker-bench-copier-")))
-        # the rebalance phase's short timers
-        cluster = stack.enter_context(BenchCluster(tmp, settings=CLUSTER_OVERRIDES))
-        cluster.start()
+    # CLUSTER_OVERRIDES: the rebalance phase's short timers
+    with fresh_cluster("txbroker-bench-copier-", CLUSTER_OVERRIDES) as cluster:
         res = run_copier_bench(
             cluster.live_urls(),
-            tmp,
+            cluster.dir,
             records=args.records,
             record_size=args.record_size,
             in_partitions=args.input_partitions,

@@ -4,7 +4,7 @@ On one cluster and one topic filled once (``records`` x ``record_size`` bytes,
 AsyncProducer):
 
 * **read**: the same offset range read by (a) the Python ``AsyncConsumer``
-  (``bench_consume``'s checked read: every offset once, in order), (b) the
+  (``bench.consume``'s checked read: every offset once, in order), (b) the
   ``txbroker consume`` command (a subprocess printing every value to
   /dev/null; its wall time includes interpreter start) and (c) Spark on
   ``master`` (default ``local[2]``): ``spark.read.format("txbroker")`` over the
@@ -17,29 +17,27 @@ AsyncProducer):
   ``AsyncProducer`` (idempotent, not transactional) writing the same number of
   records of the same size.
 
-``python -m cluster.bench_spark`` starts its own 3-node cluster and prints JSON;
-``scenario_spark(opts, shared)`` is the ``txbroker bench spark`` entry.
+``txbroker bench spark`` (or ``python -m bench.spark``) starts its own 3-node
+cluster (``scenario_spark``) and prints JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from clients.aio import AsyncConsumer
 
-from .bench_consume import _ensure_topic, _fill, _read_range
+from .consume import ensure_topic, fill_and_read, fill_topic
+from .harness import REPO, fresh_cluster
+from .measure import host_cpu, machine_info
 
-REPO = Path(__file__).resolve().parents[1]
 READ_TOPIC = "spark-bench"
 WRITE_TOPIC = "spark-bench-out"
 READ_TARGET_MB_S = 100.0
@@ -66,8 +64,6 @@ def _spark_read(
     )
     if min_partitions:
         reader = reader.option("minPartitions", str(min_partitions))
-    from .bench import host_cpu  # not at import time: bench.py imports this module
-
     df = reader.load()
     h0, t0 = host_cpu(), time.perf_counter()
     row = df.selectExpr("count(*) AS n", "sum(length(value)) + coalesce(sum(length(key)), 0) AS bytes").collect()[0]
@@ -127,18 +123,13 @@ def run_spark_bench(
     min_partitions: int | None = 4,
 ) -> dict[str, Any]:
     """Fill, read four ways, write two ways; returns every measurement (see the module docstring)."""
-    asyncio.run(_ensure_topic(urls, READ_TOPIC, partitions, 3))
-    asyncio.run(_ensure_topic(urls, WRITE_TOPIC, partitions, 3))
+    asyncio.run(ensure_topic(urls, READ_TOPIC, partitions, 3))
+    asyncio.run(ensure_topic(urls, WRITE_TOPIC, partitions, 3))
 
     async def fill_and_consume() -> dict[str, Any]:
         async with AsyncConsumer(urls, isolation_level="read_committed") as consumer:
-            tps = [(READ_TOPIC, p) for p in range(partitions)]
-            consumer.assign(tps)
-            start = await consumer.end_offsets(tps)
-            fill = await _fill(urls, READ_TOPIC, records, record_size)
-            end = await consumer.end_offsets(tps)
-            read = await _read_range(consumer, start, end, timeout=max(120.0, records / 1000))
-        return {"start": start, "end": end, "fill": fill, "consumer": read}
+            return await fill_and_read(consumer, urls, [(READ_TOPIC, p) for p in range(partitions)], records,
+                                       record_size)  # fmt: skip
 
     base = asyncio.run(fill_and_consume())
     start, end = base["start"], base["end"]
@@ -153,7 +144,7 @@ def run_spark_bench(
     finally:
         spark.stop()
     cli = _cli_consume(urls, records)
-    producer = asyncio.run(_fill(urls, WRITE_TOPIC, write_records, record_size))
+    producer = asyncio.run(fill_topic(urls, WRITE_TOPIC, write_records, record_size))
     best_read = max(r["mb_per_s"] for r in spark_read)
     return {
         "master": master,
@@ -161,10 +152,10 @@ def run_spark_bench(
         "partitions": partitions,
         "fill": base["fill"],
         "read": {
-            "python_consumer": base["consumer"],
+            "python_consumer": base["read"],
             "txbroker_consume_cli": cli,
             "spark": spark_read,
-            "spark_vs_consumer": round(best_read / base["consumer"]["mb_per_s"], 2),
+            "spark_vs_consumer": round(best_read / base["read"]["mb_per_s"], 2),
             "target_mb_per_s": READ_TARGET_MB_S,
             "target_met": best_read >= READ_TARGET_MB_S,
         },
@@ -178,11 +169,7 @@ def run_spark_bench(
 
 def scenario_spark(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any]:
     """``txbroker bench spark``: a fresh 3-node cluster, then ``run_spark_bench``."""
-    from .bench import BenchCluster
-
-    with contextlib.ExitStack() as stack:
-        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="txbroker-bench-spark-"))
-        cluster = stack.enter_context(BenchCluster(Path(tmp))).start()
+    with fresh_cluster("txbroker-bench-spark-") as cluster:
         return run_spark_bench(
             cluster.live_urls(),
             records=getattr(opts, "spark_records", 200_000),
@@ -194,9 +181,7 @@ def scenario_spark(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .bench import machine_info
-
-    p = argparse.ArgumentParser(prog="python -m cluster.bench_spark", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.spark", description=__doc__.splitlines()[0])
     p.add_argument("--records", dest="spark_records", type=int, default=200_000)
     p.add_argument("--write-records", dest="spark_write_records", type=int, default=50_000)
     p.add_argument("--record-size", type=int, default=1024)

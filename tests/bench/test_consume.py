@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from cluster.bench_consume import run_consume_bench
+from bench.consume import run_consume_bench
 
 pytestmark = pytest.mark.integration
 

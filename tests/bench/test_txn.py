@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from cluster.bench_txn import main
+from bench.txn import main
 
 pytestmark = pytest.mark.integration
 

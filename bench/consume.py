@@ -16,7 +16,7 @@ Two phases against a running cluster, both through the real clients
   producer's acknowledgement latency is reported next to it, to tell the
   replication share from the consumer's.
 
-``python -m cluster.bench_consume`` starts its own 3-node cluster (like
+``python -m bench.consume`` starts its own 3-node cluster (like
 ``txbroker bench``) and prints the result as JSON.
 """
 
@@ -27,7 +27,6 @@ import asyncio
 import functools
 import json
 import os
-import struct
 import sys
 import time
 from typing import Any
@@ -37,16 +36,12 @@ from clients.aio.producer import AsyncProducer
 from clients.protocol import BrokerError, ErrorCode
 from clients.records import ConsumerRecord, TopicPartition
 
-_STAMP = struct.Struct(">q")
+from .harness import add_node_setting_argument, fresh_cluster, node_settings_or_exit
+from .measure import STAMP, machine_info, quantile
 
 
-def _pct(sorted_values: list[float], q: float) -> float | None:
-    if not sorted_values:
-        return None
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
-
-
-async def _ensure_topic(urls: list[str], topic: str, partitions: int, replication_factor: int) -> int:
+async def ensure_topic(urls: list[str], topic: str, partitions: int, replication_factor: int) -> int:
+    """``topic``'s partition count once every partition has a leader; created first if it does not exist."""
     async with AsyncAdmin(urls) as admin:
         try:
             desc = await admin.describe_topic(topic)
@@ -58,7 +53,8 @@ async def _ensure_topic(urls: list[str], topic: str, partitions: int, replicatio
     return len(desc["partitions"])
 
 
-async def _fill(urls: list[str], topic: str, records: int, record_size: int) -> dict[str, Any]:
+async def fill_topic(urls: list[str], topic: str, records: int, record_size: int) -> dict[str, Any]:
+    """``records`` records of ``record_size`` bytes through ``AsyncProducer``, every one acknowledged; the rate."""
     value = os.urandom(record_size)
     t0 = time.perf_counter()
     async with AsyncProducer(urls, linger_ms=20, batch_size=256 * 1024) as producer:
@@ -72,7 +68,7 @@ async def _fill(urls: list[str], topic: str, records: int, record_size: int) -> 
     return {"records": records, "seconds": round(wall, 2), "mb_per_s": round(records * record_size / wall / 1e6, 2)}
 
 
-async def _read_range(
+async def read_range(
     consumer: AsyncConsumer, start: dict[TopicPartition, int], end: dict[TopicPartition, int], timeout: float
 ) -> dict[str, Any]:
     """Read ``[start, end)`` of every partition; check each offset arrives once, in order."""
@@ -104,10 +100,25 @@ async def _read_range(
     }
 
 
+async def fill_and_read(
+    consumer: AsyncConsumer, urls: list[str], tps: list[TopicPartition], records: int, record_size: int
+) -> dict[str, Any]:
+    """Append ``records`` records to ``tps`` (partitions of one topic) and time ``consumer`` reading exactly them.
+
+    Returns the range read (``start`` and ``end`` offsets), the fill's rate (``fill``) and the read's (``read``).
+    """
+    consumer.assign(tps)
+    start = await consumer.end_offsets(tps)
+    fill = await fill_topic(urls, tps[0][0], records, record_size)
+    end = await consumer.end_offsets(tps)
+    read = await read_range(consumer, start, end, timeout=max(120.0, records / 1000))
+    return {"start": start, "end": end, "fill": fill, "read": read}
+
+
 async def _latency(
     urls: list[str], topic: str, consumer: AsyncConsumer, record_size: int, rate: int, seconds: float, linger_ms: int
 ) -> dict[str, Any]:
-    pad = os.urandom(max(0, record_size - _STAMP.size))
+    pad = os.urandom(max(0, record_size - STAMP.size))
     latencies: list[float] = []
     acks: list[float] = []
     sent = 0
@@ -118,7 +129,7 @@ async def _latency(
             records: list[ConsumerRecord] = await consumer.poll(timeout_ms=200)
             now = time.perf_counter_ns()
             for r in records:
-                latencies.append((now - _STAMP.unpack_from(r.value or b"")[0]) / 1e6)
+                latencies.append((now - STAMP.unpack_from(r.value or b"")[0]) / 1e6)
 
     def on_ack(t_send: int, _fut: object) -> None:
         acks.append((time.perf_counter_ns() - t_send) / 1e6)
@@ -133,7 +144,7 @@ async def _latency(
             while time.perf_counter() - t0 < seconds:
                 for _ in range(per_tick):
                     t_send = time.perf_counter_ns()
-                    fut = await producer.send(topic, value=_STAMP.pack(t_send) + pad)
+                    fut = await producer.send(topic, value=STAMP.pack(t_send) + pad)
                     fut.add_done_callback(functools.partial(on_ack, t_send))
                     sent += 1
                 next_tick += tick
@@ -151,12 +162,12 @@ async def _latency(
         "sent": sent,
         "not_received": sent - len(lat),
         "rate_per_s": rate,
-        "p50_ms": round(_pct(lat, 0.50) or 0.0, 2),
-        "p99_ms": round(_pct(lat, 0.99) or 0.0, 2),
+        "p50_ms": round(quantile(lat, 0.50) or 0.0, 2),
+        "p99_ms": round(quantile(lat, 0.99) or 0.0, 2),
         "max_ms": round(lat[-1], 2) if lat else None,
         # send() -> producer acknowledgement (acks=all): the replication share of the end-to-end latency
-        "ack_p50_ms": round(_pct(ack, 0.50) or 0.0, 2),
-        "ack_p99_ms": round(_pct(ack, 0.99) or 0.0, 2),
+        "ack_p50_ms": round(quantile(ack, 0.50) or 0.0, 2),
+        "ack_p99_ms": round(quantile(ack, 0.99) or 0.0, 2),
         "linger_ms": linger_ms,
     }
 
@@ -180,7 +191,7 @@ async def run_consume_bench(
 
     Returns ``{"fill": ..., "throughput": ..., "latency": ...}`` (see the module docstring).
     """
-    count = await _ensure_topic(urls, topic, partitions, replication_factor)
+    count = await ensure_topic(urls, topic, partitions, replication_factor)
     tps = [(topic, p) for p in range(count)]
     async with AsyncConsumer(
         urls,
@@ -188,11 +199,7 @@ async def run_consume_bench(
         max_partition_fetch_bytes=max_partition_fetch_bytes,
         fetch_max_wait_ms=fetch_max_wait_ms,
     ) as consumer:
-        consumer.assign(tps)
-        start = await consumer.end_offsets(tps)
-        fill = await _fill(urls, topic, records, record_size)
-        end = await consumer.end_offsets(tps)
-        throughput = await _read_range(consumer, start, end, timeout=max(120.0, records / 1000))
+        filled = await fill_and_read(consumer, urls, tps, records, record_size)
         consumer.seek_to_end()
         for tp in tps:
             await consumer.position(tp)
@@ -202,20 +209,14 @@ async def run_consume_bench(
         "partitions": count,
         "record_size": record_size,
         "isolation_level": isolation_level,
-        "fill": fill,
-        "throughput": throughput,
+        "fill": filled["fill"],
+        "throughput": filled["read"],
         "latency": latency,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    import contextlib
-    import tempfile
-    from pathlib import Path
-
-    from .bench import BenchCluster, add_node_setting_argument, machine_info, node_settings_or_exit
-
-    p = argparse.ArgumentParser(prog="python -m cluster.bench_consume", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.consume", description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=100_000)
     p.add_argument("--record-size", type=int, default=1024)
     p.add_argument("--partitions", type=int, default=3)
@@ -226,9 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     add_node_setting_argument(p)
     args = p.parse_args(argv)
     settings = node_settings_or_exit(p, args)
-    with contextlib.ExitStack() as stack:
-        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="txbroker-bench-consume-"))
-        cluster = stack.enter_context(BenchCluster(Path(tmp), settings=settings)).start()
+    with fresh_cluster("txbroker-bench-consume-", settings) as cluster:
         res = asyncio.run(
             run_consume_bench(
                 cluster.live_urls(),

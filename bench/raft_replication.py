@@ -1,4 +1,4 @@
-"""Replication throughput of one group: ``python -m raft.bench_replication``.
+"""Replication throughput of one group: ``python -m bench.raft_replication``.
 
 Starts 3 node processes on loopback hosting one group; the leader's process
 submits ``--n`` commands of ``--size`` bytes (default 64 KiB) with at most
@@ -10,6 +10,9 @@ its own TCPTransport (one port per group), batch mode, password set, the
 pickle-protocol-4 patch applied, journal + dump files, and the reference's
 tuned periods (autoTickPeriod 0.01 s, appendEntriesPeriod 0.02 s) with
 1 MiB AppendEntries batches.
+
+``start_group`` and ``wait_leader`` start such a group for other benchmarks
+(the baselines of ``txbroker bench produce``).
 """
 
 from __future__ import annotations
@@ -23,15 +26,14 @@ import threading
 import time
 from typing import Any
 
-from raft.bench_idle import free_port
+from cluster.config import free_ports
 from raft.node_host import HostProcess
 
+from .harness import wait_for
+from .measure import quantile
+
 PASSWORD = "bench-password"
-
-
-def _percentile(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))] if values else 0.0
+_MODULE = "bench.raft_replication"  # this module, as its stock-PySyncObj children run it (``python -m``)
 
 
 # --- stock PySyncObj node (child process) -----------------------------------
@@ -120,15 +122,44 @@ def _bare_bench(obj: Any, n: int, size: int, outstanding: int) -> dict[str, Any]
         "elapsed_s": elapsed,
         "mb_per_s": len(latencies) * size / elapsed / 1e6,
         "cmds_per_s": len(latencies) / elapsed,
-        "p50_ms": _percentile(latencies, 0.5) * 1e3,
-        "p99_ms": _percentile(latencies, 0.99) * 1e3,
+        "p50_ms": (quantile(latencies, 0.5) or 0.0) * 1e3,
+        "p99_ms": (quantile(latencies, 0.99) or 0.0) * 1e3,
         "errors": errors,
     }
 
 
-def _spawn_bare(addr: str, members: list[str], data: str, log: str) -> HostProcess:
-    args = ["--bare-node", addr, ",".join(members), data]
-    return HostProcess(args, stderr_path=log, module="raft.bench_replication")
+def start_group(tmp: str, bare: bool, node_args: list[str]) -> list[HostProcess]:
+    """3 processes on loopback hosting the group ``bench``, data and logs under ``tmp``.
+
+    ``bare``: stock PySyncObj nodes (this module's children); else ``raft.node_host`` processes given
+    ``node_args`` after the group's own arguments. The caller stops them (``HostProcess.stop``).
+    """
+    addrs = [f"127.0.0.1:{port}" for port in free_ports(3)]
+    procs: list[HostProcess] = []
+    try:
+        for i, addr in enumerate(addrs):
+            data, log = os.path.join(tmp, f"n{i}"), os.path.join(tmp, f"n{i}.log")
+            if bare:
+                procs.append(HostProcess(["--bare-node", addr, ",".join(addrs), data], stderr_path=log, module=_MODULE))
+            else:
+                args = ["--addr", addr, "--members", ",".join(addrs), "--data", data,
+                        "--groups", "0", "--extra-groups", "bench", *node_args]  # fmt: skip
+                procs.append(HostProcess(args, stderr_path=log))
+    except BaseException:
+        for p in procs:
+            p.stop()
+        raise
+    return procs
+
+
+def wait_leader(procs: list[HostProcess], timeout: float) -> HostProcess:
+    """The process whose replica leads the group ``bench`` and is ready for commands."""
+
+    def leader() -> HostProcess | None:
+        return next((p for p in procs if p.request({"op": "leaders"})["ready"]), None)
+
+    found: HostProcess = wait_for(leader, timeout, "a leader of the bench group", 0.1)
+    return found
 
 
 def main() -> None:
@@ -145,29 +176,9 @@ def main() -> None:
         _bare_node(addr, members.split(","), data)
         return
     with tempfile.TemporaryDirectory(prefix="raft-bench-repl-") as tmp:
-        addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
-        procs: list[HostProcess] = []
+        procs = start_group(tmp, args.bare, ["--password", PASSWORD, "--compaction-min-entries", "20000"])
         try:
-            for i, addr in enumerate(addrs):
-                data, log = os.path.join(tmp, f"n{i}"), os.path.join(tmp, f"n{i}.log")
-                if args.bare:
-                    procs.append(_spawn_bare(addr, addrs, data, log))
-                else:
-                    node_args = [
-                        "--addr", addr, "--members", ",".join(addrs), "--data", data,
-                        "--groups", "0", "--extra-groups", "bench", "--password", PASSWORD,
-                        "--compaction-min-entries", "20000",
-                    ]  # fmt: skip
-                    procs.append(HostProcess(node_args, stderr_path=log))
-            deadline = time.monotonic() + 30
-            leader = None
-            while leader is None and time.monotonic() < deadline:
-                for p in procs:
-                    if p.request({"op": "leaders"})["ready"]:
-                        leader = p
-                time.sleep(0.1)
-            if leader is None:
-                raise SystemExit("no leader elected")
+            leader = wait_leader(procs, 30)
             mode = "stock PySyncObj (--bare)" if args.bare else "raft/ (shared port + ticker)"
             seq = leader.request({"op": "bench", "group": "bench", "n": args.seq, "size": 100, "outstanding": 1})
             print(f"{mode}: sequential 100 B commands: p50 {seq['p50_ms']:.2f} ms p99 {seq['p99_ms']:.2f} ms")
