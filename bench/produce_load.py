@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from clients.aio._http1 import Http1Pool
+from clients.aio import Http1Pool
 from clients.protocol import (
     PRODUCE_CONTENT_TYPE,
     BrokerError,

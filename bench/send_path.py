@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from clients.aio._metadata import PartitionInfo
+from clients.aio import PartitionInfo
 from clients.aio.producer import AsyncProducer
 from clients.protocol import BATCH_HEADER, decode_produce_request
 

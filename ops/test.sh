@@ -17,6 +17,7 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2
 fi
 echo "== ruff"
 ruff check .
+ruff format --check .
 echo "== mypy"
 mypy --strict storage raft clients coordinator
 mypy cluster bench
