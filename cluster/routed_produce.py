@@ -20,12 +20,18 @@ from typing import Any, Protocol
 from clients.partitioner import partition_for_key
 from clients.protocol import BrokerError, ErrorCode, ProducePartition, ProduceRequest, Record, encode_batch
 
-from .partitions import PartitionProduceResult, PartitionService
+from .partitions import PartitionProduceResult
 from .seams import TopicDirectory
 
-__all__ = ["RETRY_BACKOFF_S", "LeaderForwarder", "RoutedProduce", "RoutedProducer"]
+__all__ = ["RETRY_BACKOFF_S", "LeaderForwarder", "PartitionProducer", "RoutedProduce", "RoutedProducer"]
 
 RETRY_BACKOFF_S = 0.1  # retry.backoff.ms: how often the convenience produce looks for a new leader
+
+
+class PartitionProducer(Protocol):
+    async def produce(self, req: ProduceRequest) -> list[PartitionProduceResult]:
+        """Write each partition of ``req`` on this node (``PartitionService.produce``)."""
+        ...
 
 
 class LeaderForwarder(Protocol):
@@ -50,7 +56,7 @@ def unwritten_for_want_of_a_leader(res: PartitionProduceResult) -> bool:
 
 
 class RoutedProducer:
-    def __init__(self, partitions: PartitionService, topics: TopicDirectory, request_timeout_ms: int) -> None:
+    def __init__(self, partitions: PartitionProducer, topics: TopicDirectory, request_timeout_ms: int) -> None:
         self._partitions = partitions
         self._topics = topics
         self._request_timeout_ms = request_timeout_ms
