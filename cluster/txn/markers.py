@@ -172,7 +172,11 @@ class MarkerDriver:
         self.closing = False
 
     def _run(self, plan: MarkerPlan) -> PlanRun:
-        return self._runs.setdefault(plan_key(plan), PlanRun())
+        key = plan_key(plan)
+        run = self._runs.get(key)
+        if run is None:
+            run = self._runs[key] = PlanRun()
+        return run
 
     def _forget_if_done(self, part: TxnPartition, plan: MarkerPlan) -> None:
         """Drop ``plan``'s run once it has no driver and the plan is no longer pending."""
