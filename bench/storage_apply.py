@@ -5,7 +5,8 @@ in MB/s. ``txbroker bench produce`` imports ``raw_put_rate`` and ``apply_rate``.
 
 The batches are built (and their CRCs computed) before timing starts; the
 apply timing covers decoding the command, the header CRC check, the producer
-state rules, building the WriteBatch and writing it (WAL, no fsync).
+state rules, building the WriteBatch and writing it (no RocksDB WAL, as the node writes; the raw puts use
+RocksDB's default write options).
 """
 
 from __future__ import annotations
