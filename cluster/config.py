@@ -71,6 +71,9 @@ class NodeConfig:
     raft_heartbeat_s: float = 0.2  # heartbeats only: commit latency does not depend on it (non-batch mode)
     raft_election_timeout_min_s: float = 0.8
     raft_election_timeout_max_s: float = 1.6
+    # a leader that has not heard from a majority within this steps down and fails what it holds
+    # (check quorum; between the heartbeat and the minimum election timeout)
+    raft_check_quorum_s: float = 0.6
     raft_tick_threads: int = 1
     # Raft entries kept in memory (and in the journal) between compactions, per group: with
     # 64 KiB produce batches, about 64 MiB per busy partition.

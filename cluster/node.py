@@ -130,6 +130,7 @@ class Node:
             heartbeat_s=config.raft_heartbeat_s,
             election_timeout_min_s=config.raft_election_timeout_min_s,
             election_timeout_max_s=config.raft_election_timeout_max_s,
+            check_quorum_s=config.raft_check_quorum_s,
             log_compaction_min_entries=config.raft_log_compaction_min_entries,
         )
         raft_dir = data / "raft"

@@ -167,11 +167,11 @@ class PartitionService:
 
     # ---- leadership -----------------------------------------------------------------------
 
-    def _not_leader(self, meta: TopicMetadata, partition: int) -> BrokerError:
+    def _not_leader(self, meta: TopicMetadata, partition: int, why: str = "") -> BrokerError:
         leader = self._controller.partition_leader(meta, partition)
         return BrokerError(
             ErrorCode.NOT_LEADER_OR_FOLLOWER,
-            f"node {self.config.node_id} is not the leader of {meta.name}-{partition}",
+            why or f"node {self.config.node_id} is not the leader of {meta.name}-{partition}",
             leader_id=leader,
             leader_url=self._nodes.node_url(leader),
         )
@@ -204,9 +204,8 @@ class PartitionService:
         except QueueFullError as exc:
             raise BrokerError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, "partition write queue is full") from exc
         except RaftCommandFailed as exc:
-            raise BrokerError(
-                ErrorCode.NOT_LEADER_OR_FOLLOWER, f"leadership changed while writing ({exc.reason})"
-            ) from exc
+            why = f"leadership changed while writing ({exc.reason}); the write may still succeed"
+            raise self._not_leader(rep.topic, rep.partition, why) from exc
         self._metrics.raft_commit_duration.observe(time.perf_counter() - started)
         return result
 

@@ -45,6 +45,7 @@ from raft.errors import (
 )
 from raft.frame_crypto import cluster_key
 from raft.full_snapshot import FullSnapshotBuilder
+from raft.quorum_guard import LEADERSHIP_LOST, QuorumGuard
 from raft.settings import GroupStatus, LeadershipEvent, RaftSettings
 from raft.state_machine import NOOP_COMMAND, DurableStateMachine, StateMachine
 from raft.ticker import ProxyPoller, TickerShard
@@ -53,6 +54,7 @@ from raft.transport import SharedPortTransport
 logger = logging.getLogger(__name__)
 
 _FAIL_NAMES = {v: k for k, v in vars(FAIL_REASON).items() if not k.startswith("_") and isinstance(v, int)}
+_FAIL_NAMES[LEADERSHIP_LOST] = "LEADERSHIP_LOST"
 _STATE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
 EXIT_CORRUPT_SNAPSHOT = 70
 _COMPACTION_WAIT_S = 30.0
@@ -84,11 +86,14 @@ def _fatal_corrupt_snapshot(group_id: str, path: str, exc: BaseException) -> Non
 fatal_corrupt_snapshot: Callable[[str, str, BaseException], None] = _fatal_corrupt_snapshot
 
 
-class _GroupSyncObj(patches.CoalescedAppendEntries, SyncObj):  # type: ignore[misc]  # PySyncObj is untyped
+class _GroupSyncObj(QuorumGuard, patches.CoalescedAppendEntries, SyncObj):  # type: ignore[misc]  # PySyncObj is untyped
     """The SyncObj of one group; its single replicated method applies a command."""
 
     def __init__(self, owner: RaftGroup, *args: Any, **kwargs: Any) -> None:
         self._owner = owner
+        self.txb_name = owner.group_id
+        self.lease_s = owner._settings.election_timeout_min_s
+        self.check_quorum_s = owner._settings.check_quorum_s
         self.commit_notify_delay = owner._settings.commit_notify_delay_s
         self.lazy_commit_notify = owner.lazy_commit_notify
         self.delay_idle_commit_notify = owner.delay_idle_commit_notify

@@ -513,6 +513,65 @@ def raft_log(so: Any) -> Any:
     return so._SyncObj__raftLog
 
 
+def election_deadline(so: Any) -> float:
+    return float(so._SyncObj__raftElectionDeadline)
+
+
+def set_election_deadline(so: Any, when: float) -> None:
+    """Move the follower's election deadline (PySyncObj's clock, ``syncobj_clock``)."""
+    so._SyncObj__raftElectionDeadline = when
+
+
+def random_election_timeout(so: Any) -> float:
+    return float(so._SyncObj__generateRaftTimeout())
+
+
+def transfer_in_progress(so: Any) -> bool:
+    return bool(so._SyncObj__transferInProgress)
+
+
+def has_self_node(so: Any) -> bool:
+    return so._SyncObj__selfNode is not None
+
+
+def other_nodes(so: Any) -> set[Any]:
+    result: set[Any] = so._SyncObj__otherNodes
+    return result
+
+
+def raft_leader_node(so: Any) -> Any:
+    return so._SyncObj__raftLeader
+
+
+def last_log_position(so: Any) -> tuple[int, int]:
+    """(term, index) of the last entry of the group's log."""
+    return int(so._SyncObj__getCurrentLogTerm()), int(so._SyncObj__getCurrentLogIndex())
+
+
+def last_response_times(so: Any) -> dict[Any, float]:
+    """A leader's view: when each follower last answered an AppendEntries (PySyncObj's clock)."""
+    result: dict[Any, float] = so._SyncObj__lastResponseTime
+    return result
+
+
+def step_down(so: Any) -> None:
+    """Leader -> follower with no known leader, as PySyncObj's own leader fallback does."""
+    so._SyncObj__setState(0)  # _RAFT_STATE.FOLLOWER
+    so._SyncObj__raftLeader = None
+
+
+def take_commands_waiting_commit(so: Any) -> list[tuple[int, Any]]:
+    """Remove and return every ``(index, callback)`` waiting for its entry to commit, in log order."""
+    waiting = so._SyncObj__commandsWaitingCommit
+    held = [(idx, cb) for idx in sorted(waiting) for _term, cb in waiting[idx]]
+    waiting.clear()
+    return held
+
+
+def count_commands_waiting_commit(so: Any) -> int:
+    return sum(len(v) for v in so._SyncObj__commandsWaitingCommit.values())
+
+
 def close_pipe_notifier(so: Any) -> None:
     """Close the PipeNotifier's pipe (PySyncObj never closes it: 2 fds leak per group)."""
     notifier = so.__dict__.get("_SyncObj__pipeNotifier")
@@ -556,6 +615,10 @@ def audit() -> None:
         "raftCommitIndex",
         "raftCurrentTerm",
         "hasQuorum",
+        "_onTick",
+        "_SyncObj__generateRaftTimeout",
+        "_SyncObj__getCurrentLogTerm",
+        "_SyncObj__setState",
     ):
         if not hasattr(so_cls, name):
             problems.append(f"SyncObj.{name} missing")
@@ -620,5 +683,20 @@ def audit() -> None:
     for name in ("createPoller", "PipeNotifier"):
         if name not in src:
             problems.append(f"SyncObj.__init__ no longer calls {name}")
+    init_names = set(_psc_syncobj.SyncObj.__init__.__code__.co_names)
+    wanted_init = {
+        "_SyncObj__raftElectionDeadline",
+        "_SyncObj__transferInProgress",
+        "_SyncObj__selfNode",
+        "_SyncObj__otherNodes",
+        "_SyncObj__raftLeader",
+        "_SyncObj__commandsWaitingCommit",
+        "_SyncObj__lastResponseTime",
+    }
+    if not wanted_init <= init_names:
+        problems.append(f"SyncObj.__init__ no longer sets {sorted(wanted_init - init_names)}")
+    tick_names = set(_psc_syncobj.SyncObj._onTick.__code__.co_names)
+    if not {"_SyncObj__raftElectionDeadline", "_SyncObj__transferInProgress", "leaderFallbackTimeout"} <= tick_names:
+        problems.append("SyncObj._onTick no longer campaigns on the election deadline / falls back on quorum loss")
     if problems:
         raise RuntimeError("PySyncObj internals changed: " + "; ".join(problems))

@@ -19,6 +19,12 @@ class RaftSettings:
     heartbeat_s: float = 0.1
     election_timeout_min_s: float = 0.8
     election_timeout_max_s: float = 1.6
+    # Check quorum (``raft.quorum_guard``): a leader that has not heard from a majority within this
+    # steps down and fails the proposals it holds. Below election_timeout_min_s, so a cut-off leader
+    # has stepped down before the majority can elect another; above the heartbeat, so one late
+    # answer does not depose it.
+    check_quorum_s: float = 0.6
+    # PySyncObj's own fallback for the same (a backstop; never sooner than check_quorum_s).
     leader_fallback_s: float = 2.5
     connection_timeout_s: float = 30.0
     connection_retry_s: float = 1.0
@@ -50,6 +56,10 @@ class RaftSettings:
             raise ValueError("tick_threads must be >= 1")
         if not 0 < self.tick_interval_s <= self.heartbeat_s:
             raise ValueError("tick_interval_s must be in (0, heartbeat_s]")
+        if not self.heartbeat_s < self.check_quorum_s < self.election_timeout_min_s:
+            raise ValueError("check_quorum_s must be in (heartbeat_s, election_timeout_min_s)")
+        if self.leader_fallback_s < self.check_quorum_s:
+            raise ValueError("leader_fallback_s must be >= check_quorum_s")
         if not 0 <= self.commit_notify_delay_s <= self.heartbeat_s:
             raise ValueError("commit_notify_delay_s must be in [0, heartbeat_s]")
 
