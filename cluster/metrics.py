@@ -96,6 +96,17 @@ class PartitionSample:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupRaftSample:
+    """Raft state of one internal group replica (a transaction-state or consumer-offsets partition)."""
+
+    topic: str
+    partition: int
+    is_leader: bool
+    term: int
+    commit_index: int
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSample:
     controller_is_leader: bool
     controller_term: int
@@ -104,6 +115,7 @@ class NodeSample:
     nodes_down: int
     unavailable_partitions: dict[str, int]  # topic -> partitions without a known leader (seen here)
     partitions: list[PartitionSample]
+    internal: list[GroupRaftSample] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +316,11 @@ def _node_families(s: NodeSample) -> Iterator[Metric]:
         f["raft_commit_index"].add_metric(lv, p.commit_index)
         if p.is_leader:
             f["raft_follower_lag_entries"].add_metric(lv, p.follower_lag_entries)
+    for g in s.internal:
+        lv = [g.topic, str(g.partition)]
+        f["raft_is_leader"].add_metric(lv, int(g.is_leader))
+        f["raft_term"].add_metric(lv, g.term)
+        f["raft_commit_index"].add_metric(lv, g.commit_index)
     ctl = ["__controller", "0"]
     f["raft_is_leader"].add_metric(ctl, int(s.controller_is_leader))
     f["raft_term"].add_metric(ctl, s.controller_term)

@@ -30,7 +30,8 @@ from .controller import ControllerStateMachine
 from .controller_service import ControllerService
 from .group_service import GroupService
 from .http import PeerHttpClient, Services, make_app
-from .metrics import NodeMetrics, NodeSample
+from .internal_groups import InternalGroups
+from .metrics import GroupRaftSample, NodeMetrics, NodeSample
 from .partitions import PartitionService
 from .peers import PeerView
 from .producer_ids import ProducerIdManager
@@ -295,7 +296,15 @@ class Node:
             nodes_down=len(self.config.nodes) - up,
             unavailable_partitions=unavailable,
             partitions=parts,
+            internal=[*_raft_samples(self.txn.groups), *_raft_samples(self.groups.groups)],
         )
+
+
+def _raft_samples(kind: InternalGroups[Any]) -> list[GroupRaftSample]:
+    return [
+        GroupRaftSample(kind.kind, p, part.group.is_leader(), part.group.term(), part.group.commit_index())
+        for p, part in sorted(kind.local.items())
+    ]
 
 
 class NodeServer:

@@ -163,3 +163,22 @@ def test_raft_traffic_counters_carry_every_replicated_byte(make_cluster: Callabl
 
     delta = wait_for(grown, 30, "the replicated bytes in the Raft traffic counters")
     assert delta[names[1]] >= 2 and delta[names[3]] >= 2, delta
+
+
+def test_internal_groups_report_their_raft_leadership_and_term(make_cluster: Callable[..., LocalCluster]) -> None:
+    cluster = make_cluster(3)
+
+    def leaders() -> dict[tuple[str, str], int] | None:
+        led: dict[tuple[str, str], int] = {}
+        for url in cluster.urls:
+            for lv, v in samples(url, "txbroker_raft_is_leader"):
+                if lv["topic"] in ("__transaction_state", "__consumer_offsets"):
+                    led[(lv["topic"], lv["partition"])] = led.get((lv["topic"], lv["partition"]), 0) + int(v)
+        return led if led and all(n == 1 for n in led.values()) else None
+
+    led = wait_for(leaders, 60, "one leader per internal group in the metrics")
+    topics = {t for t, _ in led}
+    assert topics == {"__transaction_state", "__consumer_offsets"}
+    # Every replica of an internal group (RF 3 on 3 nodes) reports a term >= 1.
+    terms = [v for url in cluster.urls for lv, v in samples(url, "txbroker_raft_term") if lv["topic"] in topics]
+    assert len(terms) == 3 * len(led) and min(terms) >= 1
