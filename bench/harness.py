@@ -254,7 +254,7 @@ class BenchCluster:
         led: dict[int, str] = wait_for(all_led, timeout, f"leaders of {partitions} partitions")
         return led
 
-    def preferred_leaders(self, topic: str, timeout: float = 20.0) -> tuple[dict[int, str], bool]:
+    def preferred_leaders(self, topic: str, timeout: float = 40.0) -> tuple[dict[int, str], bool]:
         """partition -> leader URL once every partition is led by its preferred replica (the broker's
         leader balancer moves them within ~5 s); after ``timeout``, the current leaders and False."""
 

@@ -89,6 +89,8 @@ class NodeConfig:
     # background work
     retention_check_interval_s: float = 30.0
     leader_balance_interval_s: float = 5.0
+    # a preferred replica gets its leadership back once seen connected and caught up this long
+    leader_balance_hold_s: float = 10.0
     peer_poll_interval_s: float = 1.0
     # transactions (Kafka's names and defaults where Kafka has them)
     transaction_state_partitions: int = 16

@@ -164,6 +164,7 @@ class PartitionService:
         self._carried = CarriedEpochs()
         self.sequencer = SubmitSequencer(on_wait=lambda outcome: metrics.reordered_batches.labels(outcome).inc())
         self.draining = False
+        self._healthy_since: dict[tuple[str, int], float] = {}  # preferred replica seen fit to lead since
 
     # ---- leadership -----------------------------------------------------------------------
 
@@ -478,16 +479,27 @@ class PartitionService:
     # ---- background -------------------------------------------------------------------------------
 
     async def balance_leaders(self) -> None:
-        """Move leadership back to each partition's preferred replica (Kafka's auto leader rebalance)."""
+        """Move leadership back to each partition's preferred replica (Kafka's auto leader rebalance).
+
+        Only to a preferred replica seen connected and caught up in every round for
+        ``leader_balance_hold_s``: a node back from a fault gets its leaderships back a while after
+        it rejoined, not at the heal itself (one leader change per fault, not two at once).
+        """
+        now = time.monotonic()
         for rep in list(self._replicas.replicas.values()):
             preferred = rep.replicas[0]
             if preferred == self.config.node_id or not rep.group.is_leader():
+                self._healthy_since.pop(rep.key, None)
                 continue
             addr = self.config.node(preferred)
             if addr is None:
                 continue
             st = rep.group.status()
-            if addr.raft_address in st.connected and st.match_index.get(addr.raft_address, -1) >= st.commit_index:
+            if addr.raft_address not in st.connected or st.match_index.get(addr.raft_address, -1) < st.commit_index:
+                self._healthy_since.pop(rep.key, None)
+                continue
+            since = self._healthy_since.setdefault(rep.key, now)
+            if now - since >= self.config.leader_balance_hold_s:
                 with contextlib.suppress(RaftError):  # refused while a transfer is in flight: next round
                     rep.group.transfer_leadership(addr.raft_address)
 

@@ -20,8 +20,9 @@
   with ``LEADERSHIP_LOST`` (outcome unknown: the entry may still commit under
   the next leader, so callers retry idempotently) instead of waiting for an
   apply that cannot happen while the node is cut off. When the step-down came
-  from a newer leader the node does reach, the held entries usually commit
-  within a round trip; they get ``lease_s`` to do so before they are failed.
+  from a newer term instead (a vote request, a new leader's AppendEntries), the
+  held entries usually commit or are discarded within a round trip; they get
+  ``lease_s`` to settle before they are failed.
 
 Ticker thread only (the tick and message handlers run there).
 """
@@ -99,6 +100,7 @@ class QuorumGuard:
         )
         patches.step_down(self)
         self.quorum_step_downs += 1
+        self._txb_fail_held_at = now  # cut off: nothing it holds can commit before the heal
 
     def _txb_gate_campaign(self) -> None:
         if patches.raft_state(self) == _LEADER or not patches.has_self_node(self):
@@ -128,11 +130,10 @@ class QuorumGuard:
     def _txb_settle_leadership(self) -> None:
         leader_now = patches.raft_state(self) == _LEADER
         now = patches.syncobj_clock()
-        if self._txb_was_leader and not leader_now:
-            # Deposed. Cut off (no leader known): nothing held can commit until the heal, fail it
-            # now. Deposed by a leader we reach: its AppendEntries usually settles them at once.
-            known = patches.raft_leader_node(self) is not None
-            self._txb_fail_held_at = now + self.lease_s if known else now
+        if self._txb_was_leader and not leader_now and self._txb_fail_held_at is None:
+            # Deposed by a newer term (a vote request or a new leader's AppendEntries): the new
+            # leader usually settles what this node held within a round trip; give it the lease.
+            self._txb_fail_held_at = now + self.lease_s
         self._txb_was_leader = leader_now
         if leader_now:
             self._txb_fail_held_at = None
