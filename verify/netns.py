@@ -192,6 +192,10 @@ class NamespacedCluster:
         """Silently drop all traffic between nodes ``a`` and ``b`` (both directions)."""
         self.network.cut([(a, b)])
 
+    def cut_links(self, pairs: Iterable[tuple[int, int]]) -> None:
+        """``cut`` every pair, with one rule update per namespace touched."""
+        self.network.cut(pairs)
+
     def isolate(self, node_id: int) -> None:
         """Cut ``node_id`` from every other node; the root namespace still reaches it."""
         self.split({node_id})
@@ -237,6 +241,11 @@ class NamespacedCluster:
     def is_running(self, node_id: int) -> bool:
         p = self._procs.get(node_id)
         return p is not None and p.poll() is None
+
+    @property
+    def pids(self) -> dict[int, int]:
+        """Each started node's process id (also its process group id)."""
+        return {i: p.pid for i, p in self._procs.items()}
 
     @property
     def paused(self) -> frozenset[int]:

@@ -436,3 +436,5 @@ def _probe_tcp(net: Network) -> str | None:
     finally:
         listener.kill()
         listener.wait()
+        if listener.stdout is not None:
+            listener.stdout.close()
