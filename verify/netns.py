@@ -131,8 +131,9 @@ class NamespacedCluster:
     def close(self) -> None:
         """SIGKILL every node's process group, then remove the nft tables, namespaces, veths and bridge."""
         for p in self._procs.values():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pid, signal.SIGKILL)
+            if p.poll() is None:  # not reaped: its pid (and process group id) is still its own
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, signal.SIGKILL)
         for p in self._procs.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(10)
@@ -217,8 +218,9 @@ class NamespacedCluster:
     def kill(self, node_id: int) -> None:
         """SIGKILL the node's process group and reap it."""
         p = self._procs[node_id]
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGKILL)
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
         p.wait(10)
         self._paused.discard(node_id)
 

@@ -181,9 +181,13 @@ class Network:
     that was made, whatever stage ``create()`` reached, and may be called any number of times.
     """
 
-    def __init__(self, nodes: int, prefix: str = "txb", run: str | None = None) -> None:
+    def __init__(self, nodes: int, prefix: str = "txb", run: str | None = None, backend: str | None = None) -> None:
+        """``backend``: ``"nft"``, ``"blackhole"`` or ``None`` (nft where it works, else blackhole routes)."""
         if not 1 <= nodes <= MAX_NODES:
             raise ValueError(f"nodes must be between 1 and {MAX_NODES}")
+        if backend not in (None, "nft", "blackhole"):
+            raise ValueError(f"unknown fault backend {backend!r}")
+        self._wanted_backend = backend
         self.prefix = check_prefix(prefix)
         self.run = run or secrets.token_hex(3)
         self.nodes = nodes
@@ -192,6 +196,7 @@ class Network:
         self.subnet: ipaddress.IPv4Network | None = None
         self.backend = ""  # "nft" or "blackhole", known once created
         self._state = STATE_DIR / f"{prefix}-{self.run}.json"
+        self._owns_state = False
         self._made_links: list[str] = []  # deleted in reverse order by close()
         self._made_namespaces: list[str] = []
         self._cuts: set[tuple[int, int]] = set()
@@ -224,30 +229,41 @@ class Network:
 
     # life cycle
     def create(self) -> None:
-        if self.subnet is not None:
+        """Build the bridge, the namespaces and their links; every object is recorded as soon as it exists."""
+        if self.subnet is not None or self._made_links or self._made_namespaces:
             raise NetnsError("the network is already created")
         STATE_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._state.write_text(json.dumps({"pid": os.getpid(), "start": _process_start(os.getpid())}))
+        try:
+            with open(self._state, "x") as f:  # claims the run id: no two live runs share one
+                json.dump({"pid": os.getpid(), "start": _process_start(os.getpid())}, f)
+        except FileExistsError as exc:
+            raise NetnsError(f"run id {self.run} is in use") from exc
+        self._owns_state = True
         with _host_lock():  # the subnet is taken once the bridge has its address
             subnet = choose_subnet(_routed_networks(), random.Random())
-            self._made_links.append(self.bridge)
             _ip("link", "add", self.bridge, "type", "bridge")
+            self._made_links.append(self.bridge)
             _ip("addr", "add", f"{subnet.network_address + 1}/24", "dev", self.bridge)
             self.subnet = subnet
         _ip("link", "set", self.bridge, "up")
         for i in range(1, self.nodes + 1):
             ns, host, inner = self.namespace(i), self.host_veth(i), self.node_veth(i)
-            self._made_namespaces.append(ns)
             _ip("netns", "add", ns)
+            self._made_namespaces.append(ns)
+            _ip("link", "add", host, "type", "veth", "peer", "name", inner)  # both ends or neither
             self._made_links.append(host)
-            _ip("link", "add", host, "type", "veth", "peer", "name", inner)
             _ip("link", "set", inner, "netns", ns)
             _ip("link", "set", host, "master", self.bridge)
             _ip("link", "set", host, "up")
             _ip("-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", inner)
             _ip("-n", ns, "link", "set", inner, "up")
             _ip("-n", ns, "link", "set", "lo", "up")
-        self.backend = "nft" if shutil.which("nft") and self._try_nft_table(1) else "blackhole"
+        if self._wanted_backend == "nft" and not self._try_nft_table(1):
+            raise NetnsError("nft cannot make a table inside a namespace here")
+        nft = self._wanted_backend == "nft" or (
+            self._wanted_backend is None and shutil.which("nft") is not None and self._try_nft_table(1)
+        )
+        self.backend = "nft" if nft else "blackhole"
         if self.backend == "nft":
             for i in range(2, self.nodes + 1):
                 self._nft(i, self._table_script())
@@ -264,8 +280,10 @@ class Network:
         self._made_namespaces.clear()
         self._cuts.clear()
         self._applied.clear()
-        with contextlib.suppress(OSError):
-            self._state.unlink()
+        if self._owns_state:
+            with contextlib.suppress(OSError):
+                self._state.unlink()
+            self._owns_state = False
 
     # faults
     def cut(self, pairs: Iterable[tuple[int, int]]) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import base64
 import json
 import random
+import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ import pytest
 from tests.support.cluster import http, wait_for
 from verify.nemesis import Fault, FaultEvent, Nemesis
 from verify.netns import NamespacedCluster, NetnsError, sweep, unavailable_reason
+from verify.netns_network import Network, run_command
 
 REASON = unavailable_reason()
 pytestmark = [
@@ -231,3 +234,44 @@ def test_the_nemesis_drives_each_kind_of_fault_and_leaves_the_cluster_whole(clus
     assert all(c.is_running(i) for i in c.node_ids)
     c.wait_ready(timeout=60)
     c.wait_connected(timeout=30)
+
+
+# What a TCP connect to a closed port says: "refused" when the peer's kernel answers (reachable),
+# "TimeoutError" when the packets vanish (nft drops), another error when a route refuses to send.
+KNOCK = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], 9), timeout=1.5)
+except ConnectionRefusedError:
+    print("refused")
+except OSError as exc:
+    print(type(exc).__name__)
+"""
+
+
+@pytest.mark.parametrize("backend", ["nft", "blackhole"])
+def test_each_fault_backend_cuts_both_directions_and_spares_the_rest(backend: str) -> None:
+    if backend == "nft" and shutil.which("nft") is None:
+        pytest.skip("nft is not installed")
+    net = Network(3, backend=backend)
+    try:
+        net.create()
+        assert net.backend == backend
+
+        def knock(a: int, b: int) -> str:
+            return run_command(net.exec_argv(a, [sys.executable, "-c", KNOCK, net.address(b)])).strip()
+
+        assert knock(1, 2) == "refused"
+        net.cut([(1, 2)])
+        silent = {"nft": "TimeoutError"}.get(backend)
+        for a, b in ((1, 2), (2, 1)):
+            answer = knock(a, b)
+            assert answer != "refused" and (silent is None or answer == silent), (a, b, answer)
+        assert knock(1, 3) == knock(3, 2) == "refused"
+        with pytest.raises(ConnectionRefusedError):  # the root namespace still reaches the cut nodes
+            socket.create_connection((net.address(1), 9), timeout=1.5)
+        net.heal()
+        assert knock(1, 2) == knock(2, 1) == "refused"
+    finally:
+        net.close()
+    assert not [n for n in subprocess.check_output(["ip", "netns", "list"], text=True).split() if net.run in n]
