@@ -256,14 +256,16 @@ class NamespacedCluster:
     # ---- what the nodes say ---------------------------------------------------------------
 
     def wait_ready(self, node_ids: Iterable[int] | None = None, timeout: float = 60.0) -> None:
-        """Wait until every node in ``node_ids`` (default: all) answers ``GET /readyz`` with 200."""
+        """Wait (``timeout`` in all) until each node in ``node_ids`` (default: all) answers ``GET /readyz`` 200."""
+        deadline = time.monotonic() + timeout
         for i in list(node_ids or self.node_ids):
-            self._poll(functools.partial(self.is_ready, i), timeout, f"node {i} /readyz", i)
+            self._poll(functools.partial(self.is_ready, i), deadline, f"node {i} /readyz", i)
 
     def wait_connected(self, timeout: float = 60.0) -> None:
-        """Wait until every node's ``GET /v1/cluster`` lists every node alive."""
+        """Wait (``timeout`` in all) until every node's ``GET /v1/cluster`` lists every node alive."""
+        deadline = time.monotonic() + timeout
         for i in self.node_ids:
-            self._poll(functools.partial(self.sees_all, i), timeout, f"node {i} to see every node alive", i)
+            self._poll(functools.partial(self.sees_all, i), deadline, f"node {i} to see every node alive", i)
 
     def is_ready(self, node_id: int) -> bool:
         return _status(self.url(node_id) + "/readyz", 2.0) == 200
@@ -350,14 +352,13 @@ class NamespacedCluster:
             start_new_session=True,  # its own process group: kill/pause reach everything it starts
         )
 
-    def _poll(self, predicate: Callable[[], bool], timeout: float, what: str, node_id: int) -> None:
-        deadline = time.monotonic() + timeout
+    def _poll(self, predicate: Callable[[], bool], deadline: float, what: str, node_id: int) -> None:
         while not predicate():
             p = self._procs.get(node_id)
             if p is not None and p.poll() is not None:
                 raise NetnsError(f"node {node_id} exited ({p.returncode}) waiting for {what}:\n{self._tail(node_id)}")
             if time.monotonic() > deadline:
-                raise NetnsError(f"timed out after {timeout:.0f}s waiting for {what}:\n{self._tail(node_id)}")
+                raise NetnsError(f"timed out waiting for {what}:\n{self._tail(node_id)}")
             time.sleep(0.1)
 
     def _tail(self, node_id: int, lines: int = 20) -> str:
