@@ -277,28 +277,34 @@ def make_cluster_configs(
     directory: Path,
     *,
     host: str = "127.0.0.1",
+    hosts: list[str] | None = None,
     http_ports: list[int] | None = None,
     raft_ports: list[int] | None = None,
     base_port: int = 9091,
     cluster_id: str | None = None,
     secret: str | None = None,
 ) -> list[NodeConfig]:
-    """Configs for an ``n``-node cluster on one host.
+    """Configs for an ``n``-node cluster, on one host unless ``hosts`` names each node's address.
 
-    Ports default to ``base_port..base_port+n-1`` for HTTP and the next ``n``
-    for Raft. Tests pass explicit free ports.
+    ``hosts`` (one address per node, node ``i + 1`` at ``hosts[i]``) overrides ``host``; a
+    harness that gives every node its own network namespace passes them. Ports default to
+    ``base_port..base_port+n-1`` for HTTP and the next ``n`` for Raft. Tests pass explicit
+    free ports.
     """
     if n < 1:
         raise ConfigError("a cluster needs at least one node")
+    if hosts is not None and len(hosts) != n:
+        raise ConfigError(f"hosts lists {len(hosts)} addresses for {n} nodes")
+    hosts = hosts or [host] * n
     http_ports = http_ports or [base_port + i for i in range(n)]
     raft_ports = raft_ports or [base_port + n + i for i in range(n)]
     cluster_id = cluster_id or secrets.token_hex(8)
     secret = secret or secrets.token_urlsafe(24)
-    nodes = tuple(NodeAddress(i + 1, host, http_ports[i], raft_ports[i]) for i in range(n))
+    nodes = tuple(NodeAddress(i + 1, hosts[i], http_ports[i], raft_ports[i]) for i in range(n))
     return [
         NodeConfig(
             node_id=a.id,
-            host=host,
+            host=a.host,
             http_port=a.http_port,
             raft_port=a.raft_port,
             data_dir=(directory / f"node-{a.id}").resolve(),

@@ -15,11 +15,21 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2
     echo "could not install prometheus: the tests that need it will be skipped (or fail under CI)" >&2
   fi
 fi
+# iproute2 and nftables for the namespaced-cluster harness (verify/netns.py, tests/fault/test_netns_harness.py:
+# one network namespace per node, silent drops between them); those tests skip without root.
+if ! command -v ip >/dev/null 2>&1 || ! command -v nft >/dev/null 2>&1; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "== installing Debian's iproute2 and nftables packages"
+  if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends iproute2 nftables >/dev/null; }; then
+    echo "could not install iproute2/nftables: the namespaced-cluster tests will be skipped (or fail under CI)" >&2
+  fi
+fi
 echo "== ruff"
 ruff check .
 ruff format --check .
 echo "== mypy"
-mypy --strict storage raft clients coordinator
+mypy --strict storage raft clients coordinator verify
 mypy cluster bench
 echo "== pytest"
 set +e

@@ -40,3 +40,14 @@ def test_settings_off_their_defaults_are_rendered(tmp_path: pathlib.Path) -> Non
     back = parse_config(tomllib.loads(render_config(tuned)), tmp_path)
     assert (back.store_direct_io, back.raft_log_compaction_min_entries, back.log_level) == (False, 5000, "DEBUG")
     assert "store_direct_io" not in render_config(cfg)  # defaults stay implicit
+
+
+def test_each_node_gets_its_own_host_when_hosts_are_given(tmp_path: pathlib.Path) -> None:
+    hosts = ["10.9.8.11", "10.9.8.12", "10.9.8.13"]
+    configs = make_cluster_configs(3, tmp_path, hosts=hosts, http_ports=[9001] * 3, raft_ports=[9101] * 3)
+    assert [c.host for c in configs] == hosts
+    assert [n.url for n in configs[0].nodes] == [f"http://{h}:9001" for h in hosts]
+    back = parse_config(tomllib.loads(render_config(configs[2])), tmp_path)
+    assert (back.host, back.node(1).host if back.node(1) else None) == ("10.9.8.13", "10.9.8.11")
+    with pytest.raises(ConfigError, match="hosts lists 2 addresses for 3 nodes"):
+        make_cluster_configs(3, tmp_path, hosts=hosts[:2])
