@@ -21,6 +21,7 @@ ruff format --check .
 echo "== mypy"
 mypy --strict storage raft clients coordinator
 mypy cluster bench
+mypy --strict verify
 echo "== pytest"
 set +e
 python -m pytest -p no:cacheprovider "$@"

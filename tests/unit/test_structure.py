@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PRODUCT = ("storage", "raft", "coordinator", "cluster", "clients", "spark_io", "pyspark_txbroker")
+PRODUCT = ("storage", "raft", "coordinator", "cluster", "clients", "spark_io", "pyspark_txbroker", "verify")
 OURS = (*PRODUCT, "bench", "tests", "ops")
 MAX_LINES = 800
 
@@ -36,6 +36,7 @@ ALLOWED: dict[str, set[str]] = {
     "clients": {"clients"},
     "spark_io": {"spark_io", "clients"},
     "pyspark_txbroker": {"pyspark_txbroker", "spark_io"},
+    "verify": {"verify", "clients", "cluster"},
 }
 
 #: cluster/'s layers, lowest first: (layer name, module name patterns relative to ``cluster.``).
