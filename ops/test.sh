@@ -19,9 +19,8 @@ echo "== ruff"
 ruff check .
 ruff format --check .
 echo "== mypy"
-mypy --strict storage raft clients coordinator
+mypy --strict storage raft clients coordinator verify
 mypy cluster bench
-mypy --strict verify
 echo "== pytest"
 set +e
 python -m pytest -p no:cacheprovider "$@"
