@@ -15,6 +15,7 @@ import argparse
 import logging
 import os
 import random
+import signal
 import sys
 import tempfile
 import threading
@@ -205,6 +206,10 @@ def _with_nemesis(args: argparse.Namespace, history: HistoryWriter, seed: int) -
             return {"workload": workload.summary(), "status": status, "faults": [f.value for f in faults]}
 
 
+def _interrupt(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR, format="%(name)s: %(message)s")
@@ -214,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.history is not None:
         return _check_file(args.history, args, record=None)
     seed = args.seed if args.seed is not None else random.randrange(2**31)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C: stop the writers, heal, drain and check
     path = _record_path(args)
     print(f"history: {path} (seed {seed})", file=sys.stderr, flush=True)
     started = time.monotonic()
@@ -225,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                 extra = _live(args, [u.strip() for u in args.bootstrap.split(",") if u.strip()], history, seed)
     except (BrokerError, OSError) as exc:
         return _usage(f"the run failed: {exc} (history so far: {path})")
+    except KeyboardInterrupt:
+        return _usage(f"interrupted before the run could be checked (history so far: {path})")
     if isinstance(extra, str):
         return _usage(extra)
     extra["seed"] = seed

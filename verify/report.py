@@ -67,7 +67,7 @@ def render_text(result: CheckResult, max_commit_gap: float | None = None) -> str
     lines.append("operations")
     for key in sorted(k for k in c if ":" in k):
         lines.append(f"  {key:<22} {c[key]:>8}")
-    for key in ("txns-committed", "txns-aborted", "acked-sends", "records-read", "values-read",
+    for key in ("assign", "txns-committed", "txns-aborted", "acked-sends", "records-read", "values-read",
                 "unverified-writes", "copy-source-records", "copy-records"):  # fmt: skip
         if key in c:
             lines.append(f"  {key:<22} {c[key]:>8}")
