@@ -21,7 +21,7 @@ import random
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from clients.admin import Admin
 from clients.protocol import BrokerError, ErrorCode
@@ -54,7 +54,6 @@ class WorkloadConfig:
     finish_timeout_s: float = 120.0
     request_timeout_ms: int = 5_000
     transaction_timeout_ms: int = 15_000
-    extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def topics(self) -> list[str]:
