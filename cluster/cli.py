@@ -404,6 +404,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("bench_args", nargs=argparse.REMAINDER)
     p.set_defaults(fn=cmd_bench)
+    # ``verify`` hands its words to ``verify.command``'s parser the same way.
+    p = sub.add_parser(
+        "verify",
+        help="Jepsen-style exactly-once check: run a workload (optionally with faults) and check its history",
+        add_help=False,
+        prefix_chars="\x00",
+    )
+    p.add_argument("verify_args", nargs=argparse.REMAINDER)
+    p.set_defaults(fn=cmd_verify)
     return ap
 
 
@@ -432,6 +441,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print("extra scenarios: " + ", ".join(f"{k} ({v})" for k, v in EXTRA_BENCHES.items()))
     module = importlib.import_module(extra or BROKER_BENCH)
     rc: int = module.main(argv[1:] if extra else argv)
+    return rc
+
+
+# ``txbroker verify``: the top-level ``verify`` package (it imports the clients and the copier; nothing in the
+# server imports it), loaded by name like the benchmarks.
+VERIFY = "verify.command"
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    import importlib
+
+    rc: int = importlib.import_module(VERIFY).main(list(args.verify_args))
     return rc
 
 
