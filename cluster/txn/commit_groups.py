@@ -20,6 +20,7 @@ from coordinator.group_commit import GroupDecision, GroupDecisionResult, member_
 from coordinator.metadata import TransactionMetadata
 from coordinator.results import EndTxnResult
 
+from ..deadline import background_task
 from .markers import MarkerDriver, backoff, driver_for_term
 from .state_manager import TransactionStateManager
 
@@ -111,7 +112,7 @@ class CommitGroups:
         term = part.group.term() if part is not None else -1
 
         def start() -> asyncio.Task[None]:
-            return asyncio.get_running_loop().create_task(self._drive(partition, decision, term))
+            return background_task(self._drive(partition, decision, term))  # outlives the request
 
         return driver_for_term(self._drivers, decision.group_id, term, start)
 
