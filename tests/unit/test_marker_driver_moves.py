@@ -100,9 +100,8 @@ class Clock:
 
 def make(parts: Partitions) -> tuple[MarkerDriver, Any, FakeLog]:
     log, metrics = FakeLog(), Metrics()
-    driver = MarkerDriver(
-        log, parts, metrics, CompletionCounter(metrics), Clock(), REQUEST_TIMEOUT_S, 1.0, parts  # type: ignore[arg-type]
-    )
+    completions = CompletionCounter(metrics)  # type: ignore[arg-type]
+    driver = MarkerDriver(log, parts, metrics, completions, Clock(), REQUEST_TIMEOUT_S, 1.0, parts)  # type: ignore[arg-type]
     meta = SimpleNamespace(marker_plan=lambda: PLAN, txn_start_time_ms=-1)
     part = SimpleNamespace(partition=0, group=FakeGroup(), sm=SimpleNamespace(get=lambda tid: meta))
     return driver, part, log
