@@ -140,9 +140,14 @@ class CoordinatorClient:
                     self._cache.pop((kind, key), None)  # (an abandoned request's lookup cached the new one)
                 self.retries += 1
                 log.debug("%s: %s (retrying)", what, exc)
+                hint = exc.extra.get("coordinator_url") if exc.error_code is ErrorCode.NOT_COORDINATOR else None
+                if isinstance(hint, str) and hint and self._rewrite(hint.rstrip("/")) != url:
+                    self._cache[(kind, key)] = self._rewrite(hint.rstrip("/"))  # the answer names the coordinator
+                    attempt += 1
+                    continue  # ask it now
                 if exc.extra.get("abandoned") or (exc.error_code is ErrorCode.NOT_COORDINATOR and attempt == 0):
                     attempt += 1
-                    continue  # the coordinator moved: ask the new one now
+                    continue  # the coordinator moved: look it up and ask the new one now
             if last.error_code is ErrorCode.CONCURRENT_TRANSACTIONS:
                 pause = _CONCURRENT_BACKOFF_S * (1 + min(attempt, 10))
             else:
