@@ -171,6 +171,7 @@ class TransactionCoordinator:
         if not part.group.is_leader():
             # Deposed: whatever waits on this partition's drivers answers NOT_COORDINATOR now, not at its timeout.
             self._driver.deposed(part.partition)
+            self._commit_groups.deposed(part.partition)
             return
         started = time.monotonic()
         plans = part.sm.pending_completions()

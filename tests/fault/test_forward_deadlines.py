@@ -9,6 +9,7 @@ election later. Every stopped process is resumed in ``finally``.
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -100,5 +101,59 @@ def test_a_marker_to_a_sigstopped_partition_leader_reaches_the_new_leader_about_
         finally:
             c.signal(p_leader, signal.SIGCONT)
         assert took < 10.0, f"the marker took {took:.1f}s: it waited out a timeout at the stopped leader"
+    finally:
+        producer.close(5)
+
+
+def test_a_coordinator_that_loses_its_leadership_answers_the_requests_it_holds_at_once(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    c = make_cluster(txn_carried_markers=False)
+    c.create_topic("hold", partitions=3, rf=1)  # one replica per partition: its marker waits while it is stopped
+    leaders = c.wait_leaders("hold", 3)
+    # A transactional id whose coordinator C is not the node X of some rf=1 partition; Z is the third node
+    tid, coord, x, xp = next(
+        (t, co, x, q)
+        for t in (f"deadline-h{i}" for i in range(200))
+        for q, x in leaders.items()
+        if (co := coordinator_of(c, t)) != x
+    )
+    z = next(n for n in (1, 2, 3) if n not in (coord, x))
+    producer = Producer(c.urls, transactional_id=tid)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("hold", value=b"v", partition=xp).result(30)
+        producer.flush()
+        c.signal(x, signal.SIGSTOP)
+        stopped = [x]
+        try:
+            producer.commit_transaction(timeout=30)  # PrepareCommit is durable; the marker to X cannot be written
+            # An InitProducerId now waits on C for the previous transaction's markers (bounded by its timeout)...
+            held: dict[str, Any] = {}
+
+            def ask() -> None:
+                started = time.monotonic()
+                held["answer"] = http(
+                    "POST", c.url(coord) + "/v1/producers/init",
+                    {"transactional_id": tid, "transaction_timeout_ms": 60_000},
+                    headers={TIMEOUT_HEADER: "25000", "X-Txbroker-Forwarded": "1"}, timeout=60,
+                )  # fmt: skip
+                held["took"] = time.monotonic() - started
+
+            thread = threading.Thread(target=ask, daemon=True)
+            thread.start()
+            time.sleep(1.0)
+            assert "answer" not in held, held  # still waiting for the markers
+            # ...when C loses its majority (Z stopped as well) and steps down, it answers the held request at once
+            c.signal(z, signal.SIGSTOP)
+            stopped.append(z)
+            thread.join(30)
+        finally:
+            for n in stopped:
+                c.signal(n, signal.SIGCONT)
+        status, body = held["answer"]
+        assert body.get("error_code") in ("NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE"), (status, body)
+        assert held["took"] < 1.0 + 8.0, f"answered after {held['took']:.1f}s, not when the leadership was lost"
     finally:
         producer.close(5)
