@@ -238,6 +238,6 @@ async def _watch(
             if now_target is not None and now_target != target:
                 task.cancel()
                 return now_target
-    except asyncio.CancelledError:
+    except BaseException:  # cancelled, or ``resolve`` raised: the attempt is nobody's any more
         task.cancel()
         raise
