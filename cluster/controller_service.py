@@ -31,6 +31,7 @@ from .controller import (
     create_topic_command,
     delete_topic_command,
 )
+from .deadline import Deadline, call_at_leader, current_deadline, loop_now
 from .peers import PeerView
 from .replicas import ReplicaManager
 from .seams import Clock, NodeDirectory, PeerClient
@@ -254,14 +255,22 @@ class ControllerService:
         return block
 
     async def allocate_producer_ids(self) -> ProducerIdBlock:
-        """A producer-id block for this node: from its own controller replica, else from the leader's."""
-        try:
-            return await self.allocate_producer_ids_local(self.config.node_id)
-        except BrokerError as exc:
-            if exc.error_code is not ErrorCode.NOT_CONTROLLER:
-                raise
-            leader = exc.extra.get("leader_id") or self.leader_id()
-            if leader is None:
-                raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "no controller leader") from exc
-            body = await self._peers.call(leader, PRODUCER_IDS_PATH, {"node_id": self.config.node_id})
+        """A producer-id block for this node: from its own controller replica, else from the leader's.
+
+        Within the deadline of the request that needs it (``cluster.deadline``), retried at the controller
+        leader as then known while the answer says it moved (an unanswered block is never reissued).
+        """
+        me = self.config.node_id
+
+        def resolve(last: BrokerError | None) -> int | None:
+            hint = last.extra.get("leader_id") if last is not None else None
+            return int(hint) if isinstance(hint, int) else (self.leader_id() or me)
+
+        async def attempt(node: int) -> ProducerIdBlock:
+            if node == me:
+                return await self.allocate_producer_ids_local(me)
+            body = await self._peers.call(node, PRODUCER_IDS_PATH, {"node_id": me})
             return ProducerIdBlock(int(body["first"]), int(body["size"]))
+
+        deadline = current_deadline() or Deadline.after(loop_now(), self.config.request_timeout_ms / 1000)
+        return await call_at_leader(resolve, attempt, deadline, what="producer-id block from the controller")

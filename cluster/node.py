@@ -37,7 +37,7 @@ from .peers import PeerView
 from .producer_ids import ProducerIdManager
 from .replicas import LocalReplica, ReplicaManager
 from .routed_produce import RoutedProducer
-from .seams import SystemClock
+from .seams import SystemClock, TopicDirectory
 from .topics import group_id_for
 from .txn import TransactionCoordinator, TxnTokens
 
@@ -83,6 +83,18 @@ class MarkerRouter:
     def __init__(self) -> None:
         self.partitions: PartitionService | None = None
         self.groups: GroupService | None = None
+        self.topics: TopicDirectory | None = None
+
+    def marker_leader(self, topic: str, partition: int) -> int | None:
+        """The node leading the marker's partition as this node knows now (``MarkerLeaders``)."""
+        if self.groups is None or self.topics is None:
+            return None
+        if topic == OFFSETS_TOPIC:
+            return self.groups.groups.leader_id(partition)
+        try:
+            return self.topics.partition_leader(self.topics.topic(topic), partition)
+        except BrokerError:
+            return None
 
     def _bound(self) -> tuple[PartitionService, GroupService]:
         if self.partitions is None or self.groups is None:
@@ -138,7 +150,7 @@ class Node:
         self.raft = RaftNode(config.self_address.raft_address, raft_dir, settings, self.loop, bind_host=config.host)
         clock = SystemClock()
         self.nodes = ConfiguredNodes(config)
-        self.peer_client = PeerHttpClient(self.nodes, config.cluster_secret)
+        self.peer_client = PeerHttpClient(self.nodes, config.cluster_secret, config.request_timeout_ms / 1000)
         self.peer_view = PeerView(config)
         self.replicas = ReplicaManager(
             config, self.store, self.raft, raft_dir, self.loop, on_leader_change=self._on_replica_leader
@@ -153,7 +165,7 @@ class Node:
         self.txn = TransactionCoordinator(
             config, self.store, self.raft, self.peer_view, clock=clock, nodes=self.nodes, peers=self.peer_client,
             producer_ids=self.producer_ids, markers=self.markers, topics=self.controller, tokens=tokens,
-            metrics=metrics,
+            metrics=metrics, marker_leaders=self.markers,
         )  # fmt: skip
         self.groups = GroupService(
             config, self.store, self.raft, self.peer_view, clock=clock, nodes=self.nodes, peers=self.peer_client,
@@ -164,6 +176,7 @@ class Node:
         )
         self.markers.partitions = self.partitions
         self.markers.groups = self.groups
+        self.markers.topics = self.controller
         self.routed = RoutedProducer(self.partitions, self.controller, config.request_timeout_ms)
         self._tasks: list[asyncio.Task[None]] = []
 

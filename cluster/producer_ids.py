@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from .controller import ProducerIdBlock
+from .deadline import background_task
 
 PREFETCH_THRESHOLD = 0.9
 
@@ -44,7 +45,7 @@ class ProducerIdManager:
                 and self._prefetched is None
                 and self._prefetch_task is None
             ):
-                self._prefetch_task = asyncio.get_running_loop().create_task(self._prefetch())
+                self._prefetch_task = background_task(self._prefetch())  # outlives the request
             return pid
 
     async def _prefetch(self) -> None:

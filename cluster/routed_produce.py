@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from clients.partitioner import partition_for_key
 from clients.protocol import BrokerError, ErrorCode, ProducePartition, ProduceRequest, Record, encode_batch
 
+from .deadline import Deadline, deadline_scope
 from .partitions import PartitionProduceResult
 from .seams import TopicDirectory
 
@@ -109,6 +110,13 @@ class RoutedProducer:
     ) -> list[PartitionProduceResult]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(timeout_ms, self._request_timeout_ms) / 1000
+        with deadline_scope(Deadline(deadline)):  # a forward to a leader takes at most what is left
+            return await self._retried(parts, timeout_ms, forwarder, deadline)
+
+    async def _retried(
+        self, parts: list[ProducePartition], timeout_ms: int, forwarder: LeaderForwarder | None, deadline: float
+    ) -> list[PartitionProduceResult]:
+        loop = asyncio.get_running_loop()
         results = await self._once(parts, timeout_ms, forwarder)
         while forwarder is not None:
             pending = [i for i, res in enumerate(results) if unwritten_for_want_of_a_leader(res)]

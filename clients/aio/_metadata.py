@@ -143,14 +143,24 @@ class MetadataCache:
         finally:
             self._refreshing = None
 
-    async def _refresh_once(self, topics: Iterable[str] | None) -> None:
+    async def refresh_avoiding(self, avoid: str | None, timeout: float) -> None:
+        """Fetch metadata now, asking ``avoid`` (a node that does not answer) last and each node at most ``timeout``.
+
+        For a request that stalls: not coalesced with ``refresh`` (which may itself wait on that node).
+        """
+        urls = sorted(self.urls(), key=lambda u: u == avoid)
+        await self._refresh_once(None, urls, timeout)
+
+    async def _refresh_once(
+        self, topics: Iterable[str] | None, urls: list[str] | None = None, timeout: float | None = None
+    ) -> None:
         query = ""
         if topics is not None:
             query = "?topics=" + ",".join(quote(t, safe="") for t in topics)
         last: BrokerError | None = None
-        for url in self.urls():
+        for url in urls if urls is not None else self.urls():
             try:
-                body = await self._session.request_json("GET", f"{url}/v1/metadata{query}")
+                body = await self._session.request_json("GET", f"{url}/v1/metadata{query}", timeout=timeout)
             except BrokerError as exc:
                 last = exc
                 continue

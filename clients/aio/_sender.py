@@ -11,6 +11,13 @@ producer id of an idempotent, non-transactional producer (InitProducerId, any
 node answers) and refreshes metadata in the background when a partition has
 no known leader.
 
+A produce request without an answer for ``stall_refresh_ms`` makes the sender
+refresh metadata (asking the silent node last) while the request keeps
+waiting. If the leader of one of its partitions moved to another node, an
+idempotent producer abandons the request and sends its batches to the new
+leader (their sequence numbers make a duplicate harmless); otherwise the
+request waits, up to its own timeout (``request_timeout_ms``).
+
 The decisions (what to send, what a response means) are the accumulator's;
 this class does the HTTP and the waking. A bug in any of its tasks fails
 every pending batch with ``UNKNOWN_SERVER_ERROR`` (``internal_error``)
@@ -69,6 +76,7 @@ class Sender:
         request_timeout_ms: int,
         retry_backoff_s: float,
         rewrite: Callable[[str], str],
+        stall_refresh_s: float = 0.0,
     ) -> None:
         self._acc = acc
         self._idem = idem
@@ -79,6 +87,9 @@ class Sender:
         self._request_timeout_ms = request_timeout_ms
         self._retry_backoff_s = retry_backoff_s
         self._rewrite = rewrite
+        self._stall_refresh_s = stall_refresh_s
+        self._stall_task: asyncio.Task[None] | None = None
+        self.abandoned_requests = 0
         self._wake = asyncio.Event()
         self._init_done = asyncio.Event()  # an InitProducerId attempt sequence ended (id or fatal error)
         self._requests_idle = asyncio.Event()
@@ -135,7 +146,8 @@ class Sender:
 
     async def stop(self) -> None:
         """Cancel the loop and every task it started, and wait for them to end."""
-        tasks = [t for t in (self._task, self._metadata_task, self._init_task, *self._tasks) if t is not None]
+        own = (self._task, self._metadata_task, self._init_task, self._stall_task, *self._tasks)
+        tasks = [t for t in own if t is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -248,10 +260,9 @@ class Sender:
         answers: dict[tuple[str, int], Any] = {}
         whole: BrokerError | None = None
         self.requests_sent += 1
+        moved: dict[tuple[str, int], str | None] = {}
         try:
-            _, raw = await self._session.post_bytes(
-                url + "/v1/produce", encode_produce_request(req), PRODUCE_CONTENT_TYPE
-            )
+            raw = await self._post_watched(url, encode_produce_request(req), batches, moved)
             parts = json.loads(raw)["partitions"]
         except BrokerError as exc:
             parts = exc.extra.get("partitions")
@@ -271,7 +282,12 @@ class Sender:
         for b in batches:
             err = whole
             base = lat = -1
-            if err is None:
+            if moved:
+                # Abandoned while the leader moved: maybe written there; resent (same sequence) to the new leader.
+                hint = moved.get((b.topic, b.partition))
+                err = BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"no answer from {url}; the leader moved",
+                                  **({"leader_url": hint} if hint else {}))  # fmt: skip
+            elif err is None:
                 p = answers.get((b.topic, b.partition))
                 code = p.get("error_code", "NONE") if isinstance(p, dict) else None
                 if p is None or code is None:
@@ -288,13 +304,66 @@ class Sender:
                 if err.error_code is ErrorCode.TRANSACTION_RESERVATION_REVOKED:
                     b.txn_token = None  # resent without it: the partition leader verifies with the coordinator
                 self.errors[err.error_code.name] = self.errors.get(err.error_code.name, 0) + 1
-                if err.error_code is ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                if err.error_code is ErrorCode.NOT_LEADER_OR_FOLLOWER and not moved:
                     self._metadata.invalidate(b.topic, b.partition, err.extra.get("leader_url"))
-                if err.error_code in METADATA_ERRORS:
-                    refresh = True
+                if err.error_code in METADATA_ERRORS and not moved:
+                    refresh = True  # (an abandoned request's metadata is fresh already)
             outcome = acc.handle_response(b, base, lat, err, now)
             if outcome is Outcome.FATAL:
                 log.error("producer %d fenced: %s", self._idem.current.producer_id, err)
         if refresh:
             self._refresh_metadata()
         self._wake.set()
+
+    # ---- a stalled produce request ----------------------------------------------------------------
+
+    async def _post_watched(
+        self, url: str, data: bytes, batches: list[ProducerBatch], moved: dict[tuple[str, int], str | None]
+    ) -> bytes:
+        """POST the produce request; while it has no answer, look every ``stall_refresh_s`` where its leaders are.
+
+        If a partition's leader moved to another node meanwhile (an idempotent producer only: a resent
+        batch is deduplicated by its sequence), the request is abandoned: ``moved`` gets each partition's
+        new leader URL (None where it stayed) and NOT_LEADER_OR_FOLLOWER is raised. Otherwise the request
+        waits up to its own timeout.
+        """
+        post = asyncio.ensure_future(self._session.post_bytes(url + "/v1/produce", data, PRODUCE_CONTENT_TYPE))
+        if self._stall_refresh_s <= 0 or not self._idem.enabled:
+            return (await post)[1]
+        sent_to = {(b.topic, b.partition): self._raw_leader(b.topic, b.partition) for b in batches}
+        try:
+            while True:
+                done, _ = await asyncio.wait({post}, timeout=self._stall_refresh_s)
+                if done:
+                    return post.result()[1]
+                silent = next((u for u in sent_to.values() if u is not None), None)
+                await self._refresh_stalled(silent)
+                if post.done():
+                    return post.result()[1]
+                now_at = {tp: self._raw_leader(*tp) for tp in sent_to}
+                if any(new is not None and new != sent_to[tp] for tp, new in now_at.items()):
+                    post.cancel()
+                    moved.update({tp: new if new != sent_to[tp] else None for tp, new in now_at.items()})
+                    self.abandoned_requests += 1
+                    log.info("produce request to %s stalled and its leader moved; resending to %s", url, now_at)
+                    raise BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"no answer from {url}; the leader moved")
+        except BaseException:
+            post.cancel()
+            raise
+
+    def _raw_leader(self, topic: str, partition: int) -> str | None:
+        info = self._metadata.cached(topic, partition)
+        return info.leader_url if info is not None else None
+
+    async def _refresh_stalled(self, silent: str | None) -> None:
+        """One metadata refresh for every stalled request at a time, asking the silent node last."""
+        if self._stall_task is None or self._stall_task.done():
+            assert self._loop is not None
+            self._stall_task = self._loop.create_task(self._refresh_avoiding(silent))
+        await asyncio.shield(self._stall_task)
+
+    async def _refresh_avoiding(self, silent: str | None) -> None:
+        try:
+            await self._metadata.refresh_avoiding(silent, self._stall_refresh_s)
+        except BrokerError as exc:
+            log.debug("metadata refresh for a stalled request failed: %s", exc)

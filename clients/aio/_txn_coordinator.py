@@ -7,7 +7,14 @@ fails the request goes to any node. Retriable answers (CONCURRENT_TRANSACTIONS
 while the previous transaction's markers are written, NOT_COORDINATOR and
 COORDINATOR_LOAD_IN_PROGRESS around a leader change, transport errors) are
 retried with backoff until the caller's deadline; a lookup is repeated after
-every answer that says the coordinator moved.
+every answer that says the coordinator moved (at once: no backoff before
+asking the new coordinator).
+
+A request without an answer for ``stall_refresh_ms`` makes the client look
+the coordinator up again (asking the silent node last) while the request
+keeps waiting; if another node coordinates now, the stalled request is
+abandoned and sent there (the transaction protocol makes the repeat
+harmless), else it waits up to its own timeout.
 
 The typed calls below (InitProducerId, AddOffsetsToTxn, TxnOffsetCommit,
 EndTxn, Prepare, and the release of unused carried-marker tokens) build each
@@ -59,8 +66,11 @@ class CoordinatorClient:
         request_timeout_s: float,
         retry_backoff_s: float,
         rewrite: Callable[[str], str] = lambda u: u,
+        stall_refresh_s: float = 0.0,
     ) -> None:
         self._session = session
+        self._stall_refresh_s = stall_refresh_s
+        self.abandoned_requests = 0
         self._metadata = metadata
         self._request_timeout_s = request_timeout_s
         self._retry_backoff_s = retry_backoff_s
@@ -69,19 +79,27 @@ class CoordinatorClient:
         self._rng = random.Random()
         self.retries = 0
 
-    async def _lookup(self, kind: str, key: str, deadline: float) -> str | None:
-        """The coordinator's URL, or None when no node could name it now (the caller then asks any node)."""
+    async def _lookup(
+        self, kind: str, key: str, deadline: float, *, avoid: str | None = None, per_node_s: float | None = None
+    ) -> str | None:
+        """The coordinator's URL, or None when no node could name it now (the caller then asks any node).
+
+        ``avoid`` (a node that does not answer): skip the cache, ask that node last, each at most ``per_node_s``.
+        """
         cached = self._cache.get((kind, key))
-        if cached is not None:
+        if cached is not None and avoid is None:
             return cached
-        for url in dict.fromkeys(map(self._rewrite, self._metadata.urls())):
+        urls = list(dict.fromkeys(map(self._rewrite, self._metadata.urls())))
+        if avoid is not None:
+            urls.sort(key=lambda u: u == avoid)
+        for url in urls:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
             try:
                 body = await self._session.request_json(
                     "GET", f"{url}/v1/coordinators/{kind}/{quote(key, safe='')}",
-                    timeout=min(left, self._request_timeout_s),
+                    timeout=min(left, self._request_timeout_s, per_node_s or self._request_timeout_s),
                 )  # fmt: skip
             except BrokerError as exc:
                 log.debug("coordinator lookup for %s %r at %s: %s", kind, key, url, exc)
@@ -113,17 +131,23 @@ class CoordinatorClient:
                 raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, f"{what} did not finish in time{cause}")
             url = await self._lookup(kind, key, deadline) or self._any_node(attempt)
             try:
-                return await self._session.request_json(
-                    "POST", url + path, body, timeout=min(max(left, 0.001), self._request_timeout_s)
-                )
+                return await self._watched(kind, key, url, path, body, min(max(left, 0.001), self._request_timeout_s))
             except BrokerError as exc:
                 if not exc.retriable:
                     raise
                 last = exc
-                if exc.error_code in _MOVED:
-                    self._cache.pop((kind, key), None)
+                if exc.error_code in _MOVED and not exc.extra.get("abandoned"):
+                    self._cache.pop((kind, key), None)  # (an abandoned request's lookup cached the new one)
                 self.retries += 1
                 log.debug("%s: %s (retrying)", what, exc)
+                hint = exc.extra.get("coordinator_url") if exc.error_code is ErrorCode.NOT_COORDINATOR else None
+                if isinstance(hint, str) and hint and self._rewrite(hint.rstrip("/")) != url:
+                    self._cache[(kind, key)] = self._rewrite(hint.rstrip("/"))  # the answer names the coordinator
+                    attempt += 1
+                    continue  # ask it now
+                if exc.extra.get("abandoned") or (exc.error_code is ErrorCode.NOT_COORDINATOR and attempt == 0):
+                    attempt += 1
+                    continue  # the coordinator moved: look it up and ask the new one now
             if last.error_code is ErrorCode.CONCURRENT_TRANSACTIONS:
                 pause = _CONCURRENT_BACKOFF_S * (1 + min(attempt, 10))
             else:
@@ -131,6 +155,33 @@ class CoordinatorClient:
             attempt += 1
             pause *= 0.8 + 0.4 * self._rng.random()
             await asyncio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+
+    async def _watched(self, kind: str, key: str, url: str, path: str, body: Any, timeout: float) -> Any:
+        """POST to the coordinator at ``url``; while there is no answer, look every ``stall_refresh_s`` where
+        the coordinator is. If another node names a different one, the request is abandoned (a retriable
+        error marked ``abandoned``) and the cache points at the new coordinator."""
+        post = asyncio.ensure_future(self._session.request_json("POST", url + path, body, timeout=timeout))
+        if self._stall_refresh_s <= 0:
+            return await post
+        until = time.monotonic() + timeout
+        try:
+            while True:
+                done, _ = await asyncio.wait({post}, timeout=self._stall_refresh_s)
+                if done:
+                    return post.result()
+                found = await self._lookup(kind, key, until, avoid=url, per_node_s=self._stall_refresh_s)
+                if post.done():
+                    return post.result()
+                if found is not None and found != url:
+                    post.cancel()
+                    self.abandoned_requests += 1
+                    log.info("%s %r: no answer from %s; the coordinator is now %s", kind, key, url, found)
+                    raise BrokerError(
+                        ErrorCode.NOT_COORDINATOR, f"no answer from {url}; the coordinator moved", abandoned=True
+                    )
+        except BaseException:
+            post.cancel()
+            raise
 
     # ---- the transactional requests (kafka_txn.md §4.3, TV2) ----------------------------------------
 

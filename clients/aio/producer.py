@@ -116,6 +116,13 @@ class AsyncProducer:
     forced on); ``transaction_timeout_ms`` is the coordinator's limit on one
     open transaction. The transactional methods block at most ``max_block_ms``
     unless given a ``timeout`` (seconds), as in Kafka.
+
+    ``stall_refresh_ms`` (default 2500; 0 turns it off): a produce or
+    coordinator request without an answer this long makes the producer look
+    up the partition leader / coordinator again while the request waits; if it
+    moved to another node, the request is abandoned and sent there (safe:
+    sequence numbers and the transaction protocol deduplicate the repeat),
+    else it waits up to ``request_timeout_ms``.
     """
 
     def __init__(
@@ -141,6 +148,7 @@ class AsyncProducer:
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60_000,
         txn_token_release_ms: int = 20,
+        stall_refresh_ms: int = 2_500,
         url_rewrites: Mapping[str, str] | None = None,
         _on_release: Callable[[int], None] | None = None,
     ) -> None:
@@ -188,6 +196,7 @@ class AsyncProducer:
             request_timeout_s=request_timeout_ms / 1000,
             retry_backoff_s=retry_backoff_ms / 1000,
             rewrite=self._rewrite,
+            stall_refresh_s=stall_refresh_ms / 1000,
         )
         self._acc = RecordAccumulator(
             self._idem,
@@ -211,6 +220,7 @@ class AsyncProducer:
             request_timeout_ms=request_timeout_ms,
             retry_backoff_s=self._retry_backoff_s,
             rewrite=self._rewrite,
+            stall_refresh_s=stall_refresh_ms / 1000,
         )
         self._wake = self._sender.wake
         self._pipelined = PipelinedCommit(self._acc, self._wake)

@@ -13,6 +13,7 @@ function, map the result): ``records`` (produce, fetch, producer ids),
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -21,11 +22,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from clients.protocol import BrokerError, ErrorCode
+from clients.protocol import PRODUCE_CONTENT_TYPE, BrokerError, ErrorCode
 
+from ..deadline import Deadline, deadline_scope
 from ..metrics import NodeMetrics
 from .admin import AdminRoutes
-from .forwarding import Forwarder
+from .forwarding import TIMEOUT_HEADER, Forwarder
 from .groups import GroupRoutes
 from .records import RecordRoutes
 from .services import Readiness, Services
@@ -51,14 +53,39 @@ def _route_template(request: web.Request) -> str:
     return resource.canonical
 
 
-def make_middlewares(metrics: NodeMetrics) -> list[Any]:
+_MAX_REQUEST_TIMEOUT_MS = 300_000  # a caller's timeout beyond this is taken as this
+_PRODUCE_TIMEOUT_AT = slice(4, 8)  # the binary produce request's head: magic (4 bytes), timeout_ms (int32)
+
+
+async def caller_timeout_ms(request: web.Request) -> int | None:
+    """The timeout the caller gave this request: ``X-Txbroker-Timeout-Ms``, else a binary produce's ``timeout_ms``."""
+    raw = request.headers.get(TIMEOUT_HEADER)
+    if raw is not None:
+        try:
+            value = int(raw)
+        except ValueError:
+            return None
+        return min(value, _MAX_REQUEST_TIMEOUT_MS) if value > 0 else None
+    if request.method == "POST" and request.path == "/v1/produce" and request.content_type == PRODUCE_CONTENT_TYPE:
+        head = (await request.read())[_PRODUCE_TIMEOUT_AT]  # the handler reads the same (cached) body
+        if len(head) == 4:
+            value = int.from_bytes(head, "big", signed=True)
+            return min(value, _MAX_REQUEST_TIMEOUT_MS) if value > 0 else None
+    return None
+
+
+def make_middlewares(metrics: NodeMetrics, request_timeout_s: float = 30.0) -> list[Any]:
     @web.middleware
     async def errors_and_metrics(request: web.Request, handler: Handler) -> web.StreamResponse:
         started = time.perf_counter()
+        arrived = asyncio.get_running_loop().time()
         route = _route_template(request)
         status = 500
         try:
-            resp = await handler(request)
+            timeout_ms = await caller_timeout_ms(request)
+            budget = timeout_ms / 1000 if timeout_ms is not None else request_timeout_s
+            with deadline_scope(Deadline.after(arrived, budget)):  # what every call made for it may take
+                resp = await handler(request)
             status = resp.status
             return resp
         except BrokerError as exc:
@@ -89,9 +116,11 @@ def make_middlewares(metrics: NodeMetrics) -> list[Any]:
 
 
 def make_app(services: Services) -> web.Application:
-    forwarder = Forwarder(services.nodes, services.peers)
+    request_timeout_s = services.config.request_timeout_ms / 1000
+    forwarder = Forwarder(services.nodes, services.peers, request_timeout_s)
     app = web.Application(
-        client_max_size=services.config.max_request_bytes, middlewares=make_middlewares(services.metrics)
+        client_max_size=services.config.max_request_bytes,
+        middlewares=make_middlewares(services.metrics, request_timeout_s),
     )
 
     async def on_startup(_app: web.Application) -> None:

@@ -1,4 +1,4 @@
-"""Requests one node answers for another: proxied once, never twice.
+"""Requests one node answers for another: proxied once, never twice, within the request's deadline.
 
 A request for a transactional id or group that another node coordinates, or
 an admin request reaching a node that does not lead the controller, is
@@ -6,11 +6,22 @@ proxied once to the right node (marked ``X-Txbroker-Forwarded``, so it is
 never proxied again). Listings fan out to every other node's internal
 endpoint. ``LeaderForwarder`` sends one partition's batch to its leader for
 the convenience produce (``cluster.routed_produce``).
+
+Every proxied request is bounded by the deadline of the request it serves
+(``cluster.deadline``: the caller's ``X-Txbroker-Timeout-Ms`` or produce
+``timeout_ms``, else the node's ``request_timeout_ms``, from its arrival),
+and carries what is left of it to the target in ``X-Txbroker-Timeout-Ms``.
+An answer that says the target does not lead (``NOT_COORDINATOR``,
+``NOT_LEADER_OR_FOLLOWER``, ``NOT_CONTROLLER``, loading, unavailable), a
+connection failure, or this node learning of a new leader while the
+attempt waits, sends the request again to the leader as then known
+(``call_at_leader``), until the deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -26,12 +37,18 @@ from clients.protocol import (
     encode_produce_request,
 )
 
+from ..deadline import MOVED, Deadline, call_at_leader, current_deadline, loop_now
 from ..partitions import PartitionProduceResult
 from ..peers import FORWARDED_HEADER
 from ..seams import NodeDirectory, PeerClient
-from .internal import FORWARD_TIMEOUT_S
 
-__all__ = ["Forwarder", "forwarded"]
+__all__ = ["TIMEOUT_HEADER", "Forwarder", "Locate", "forwarded"]
+
+#: The caller's timeout for this request in milliseconds (a client's, or what a forwarding node has left).
+TIMEOUT_HEADER = "X-Txbroker-Timeout-Ms"
+
+#: Where the node that can answer is now, as this node knows it (a URL), or None.
+Locate = Callable[[], str | None]
 
 
 def forwarded(request: web.Request) -> bool:
@@ -42,51 +59,98 @@ def forwarded(request: web.Request) -> bool:
 class Forwarder:
     """Proxies requests to the node that can answer them, and fans listings out to every node."""
 
-    def __init__(self, nodes: NodeDirectory, peers: PeerClient) -> None:
+    def __init__(self, nodes: NodeDirectory, peers: PeerClient, request_timeout_s: float = 30.0) -> None:
         self._nodes = nodes
         self._peers = peers
+        self._request_timeout_s = request_timeout_s
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S))
+        self._session = aiohttp.ClientSession()
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
 
-    async def proxy(self, request: web.Request, url: str, raw: bytes, unreachable: ErrorCode) -> web.Response:
-        """Send ``request`` once to the node at ``url`` (marked forwarded, so it is never proxied again)."""
+    def deadline(self) -> Deadline:
+        """The deadline of the request being served (the node's request timeout from now outside one)."""
+        return current_deadline() or Deadline.after(loop_now(), self._request_timeout_s)
+
+    async def proxy(
+        self, request: web.Request, url: str, raw: bytes, unreachable: ErrorCode, locate: Locate | None = None
+    ) -> web.Response:
+        """Send ``request`` to the node at ``url`` (marked forwarded, so it is never proxied again).
+
+        Retried where the leader went until the request's deadline (``call_at_leader``): ``locate()``
+        tells where this node now believes the answering node is; an answer's ``leader_url`` /
+        ``coordinator_url`` hint is followed too. An unreachable node in the end is ``unreachable``.
+        """
         if self._session is None:
             raise BrokerError(unreachable, "node is starting")
-        try:
-            async with self._session.request(
-                request.method,
-                url + request.rel_url.path_qs,
-                data=raw,
-                headers={FORWARDED_HEADER: "1", "Content-Type": "application/json"},
-            ) as resp:
-                body = await resp.read()
-                return web.Response(body=body, status=resp.status, content_type="application/json")
-        except (aiohttp.ClientError, TimeoutError) as e:
-            raise BrokerError(unreachable, f"{url} unreachable: {e}") from e
+        session = self._session
+        deadline = self.deadline()
 
-    async def to_controller(self, request: web.Request, exc: BrokerError, raw: bytes) -> web.Response:
+        def resolve(last: BrokerError | None) -> str | None:
+            if last is None:
+                return (locate() if locate is not None else None) or url
+            hint = last.extra.get("coordinator_url") or last.extra.get("leader_url")
+            if isinstance(hint, str) and hint:
+                return hint.rstrip("/")
+            return (locate() if locate is not None else None) or url
+
+        async def attempt(target: str) -> web.Response:
+            left = deadline.remaining(loop_now())
+            timeout_ms = str(max(1, int(left * 1000)))
+            headers = {FORWARDED_HEADER: "1", "Content-Type": "application/json", TIMEOUT_HEADER: timeout_ms}
+            try:
+                async with session.request(
+                    request.method, target + request.rel_url.path_qs, data=raw, headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=max(0.001, left)),
+                ) as resp:  # fmt: skip
+                    body = await resp.read()
+                    status = resp.status
+            except (aiohttp.ClientError, OSError) as e:
+                raise BrokerError(ErrorCode.NETWORK_EXCEPTION, f"{target} unreachable: {e}") from e
+            except TimeoutError as e:
+                raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, f"{target}: no answer in time") from e
+            if status in (421, 503):
+                err = _error_of(body)
+                if err is not None and err.error_code in MOVED:
+                    raise err  # not served there: the policy retries where the leader is now
+            return web.Response(body=body, status=status, content_type="application/json")
+
+        try:
+            return await call_at_leader(resolve, attempt, deadline, what=f"{request.method} {request.path}")
+        except BrokerError as exc:
+            if exc.error_code is ErrorCode.NETWORK_EXCEPTION:
+                raise BrokerError(unreachable, exc.message) from exc
+            raise
+
+    async def to_controller(
+        self, request: web.Request, exc: BrokerError, raw: bytes, locate: Locate | None = None
+    ) -> web.Response:
         """An admin request that reached a follower: proxied once to the controller leader."""
         leader_url = exc.extra.get("leader_url")
         if forwarded(request) or not leader_url or self._session is None:
             raise exc
-        return await self.proxy(request, str(leader_url), raw, ErrorCode.NOT_CONTROLLER)
+        return await self.proxy(request, str(leader_url), raw, ErrorCode.NOT_CONTROLLER, locate)
 
-    async def to_leader(self, request: web.Request, exc: BrokerError, raw: bytes) -> web.Response:
+    async def to_leader(
+        self, request: web.Request, exc: BrokerError, raw: bytes, locate: Locate | None = None
+    ) -> web.Response:
         """A partition-leader request (DescribeProducers) that reached a follower: proxied once to the leader."""
         url = exc.extra.get("leader_url")
         if exc.error_code is not ErrorCode.NOT_LEADER_OR_FOLLOWER or not url or forwarded(request):
             raise exc
-        return await self.proxy(request, str(url), raw, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return await self.proxy(request, str(url), raw, ErrorCode.COORDINATOR_NOT_AVAILABLE, locate)
 
     async def routed(
-        self, request: web.Request, raw: bytes, call: Callable[[], Awaitable[dict[str, Any]]]
+        self,
+        request: web.Request,
+        raw: bytes,
+        call: Callable[[], Awaitable[dict[str, Any]]],
+        locate: Locate | None = None,
     ) -> web.Response:
         """Run ``call()`` here; on NOT_COORDINATOR proxy the request once to the coordinator."""
         try:
@@ -95,7 +159,7 @@ class Forwarder:
             url = exc.extra.get("coordinator_url")
             if exc.error_code is not ErrorCode.NOT_COORDINATOR or not url or forwarded(request):
                 raise
-            return await self.proxy(request, str(url), raw, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            return await self.proxy(request, str(url), raw, ErrorCode.COORDINATOR_NOT_AVAILABLE, locate)
 
     async def fan_out(self, path: str, body: dict[str, Any]) -> list[Any]:
         """Ask every other node's internal endpoint; unreachable nodes are reported, not fatal."""
@@ -110,14 +174,21 @@ class Forwarder:
         return list(await asyncio.gather(*(one(n) for n in peers)))
 
     async def produce_on(self, url: str, part: ProducePartition) -> PartitionProduceResult | None:
-        """Write ``part`` on the node at ``url`` (its leader); None if the request never left this node."""
+        """Write ``part`` on the node at ``url`` (its leader); None if the request never left this node.
+
+        Bounded by the request's deadline; not retried here (a plain write must not be duplicated).
+        """
         if self._session is None:
+            return None
+        left = self.deadline().remaining(loop_now())
+        if left <= 0:
             return None
         try:
             async with self._session.post(
                 url + "/v1/produce",
-                data=encode_produce_request(ProduceRequest((part,))),
+                data=encode_produce_request(ProduceRequest((part,), timeout_ms=max(1, int(left * 1000)))),
                 headers={FORWARDED_HEADER: "1", "Content-Type": PRODUCE_CONTENT_TYPE},
+                timeout=aiohttp.ClientTimeout(total=left),
             ) as resp:
                 data = (await resp.json())["partitions"][0]
             err = None
@@ -132,3 +203,15 @@ class Forwarder:
         except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, IndexError) as exc:
             err = BrokerError(ErrorCode.NETWORK_EXCEPTION, f"forward to the leader failed ({exc!r}); it may be written")
             return PartitionProduceResult(part.topic, part.partition, -1, -1, err)
+
+
+def _error_of(body: bytes) -> BrokerError | None:
+    """The error an answer's JSON body names, with its extra fields; None if it names none."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("error_code"), str):
+        return None
+    extra = {k: v for k, v in data.items() if k not in ("error_code", "message", "retriable")}
+    return BrokerError(ErrorCode.from_name(data["error_code"]), str(data.get("message") or ""), **extra)

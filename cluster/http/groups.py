@@ -28,7 +28,7 @@ from coordinator.metadata import TopicPartition
 from ..group_service import answer_json
 from ..topics import validate_topic_name
 from . import parsing
-from .forwarding import Forwarder
+from .forwarding import Forwarder, Locate
 from .internal import require_internal
 from .services import Services
 
@@ -119,7 +119,18 @@ class GroupRoutes:
     async def _routed(
         self, request: web.Request, raw: bytes, call: Callable[[], Awaitable[dict[str, Any]]]
     ) -> web.Response:
-        return await self.forwarder.routed(request, raw, call)
+        """``Forwarder.routed``; the coordinator is located anew on retries (the transaction
+        coordinator for a ``transactional_id`` route, else the group's)."""
+        tid = request.match_info.get("transactional_id")
+        group = request.match_info.get("group_id")
+        locate: Locate | None = None
+        if tid:
+            tp = self.s.txn.partition_for(tid)
+            locate = lambda: self.s.txn.groups.coordinator_url(tp)  # noqa: E731
+        elif group:
+            gp = self.svc.partition_for(group)
+            locate = lambda: self.svc.groups.coordinator_url(gp)  # noqa: E731
+        return await self.forwarder.routed(request, raw, call, locate)
 
     # ---- public routes --------------------------------------------------------------------------
 

@@ -5,7 +5,9 @@ the cluster secret (header ``X-Txbroker-Auth``, ``cluster.peers.sign``), so
 only nodes of the cluster can call them. Every internal call -- verifications
 and markers among them, several per transaction -- goes over a lean
 keep-alive pool (``clients.aio.Http1Pool``: a fraction of aiohttp's client
-CPU per request).
+CPU per request). A call takes at most what is left of the deadline it runs
+under (``cluster.deadline``: the request's, or a marker attempt's), else the
+node's ``request_timeout_ms``.
 """
 
 from __future__ import annotations
@@ -18,21 +20,22 @@ from aiohttp import web
 from clients.aio import Http1Pool
 from clients.protocol import BrokerError, ErrorCode
 
+from ..deadline import timeout_for
 from ..peers import AUTH_HEADER, sign, verify
 from ..seams import NodeDirectory
 
-__all__ = ["FORWARD_TIMEOUT_S", "PeerHttpClient", "require_internal"]
+__all__ = ["PeerHttpClient", "require_internal"]
 
-FORWARD_TIMEOUT_S = 35.0  # an internal call: longer than any wait a node does before answering one
 _MAX_INTERNAL_ANSWER = 16 * 1024 * 1024
 
 
 class PeerHttpClient:
     """``PeerClient`` over HTTP/1.1: POST to another node's internal endpoint, signed."""
 
-    def __init__(self, nodes: NodeDirectory, cluster_secret: str) -> None:
+    def __init__(self, nodes: NodeDirectory, cluster_secret: str, request_timeout_s: float = 30.0) -> None:
         self._nodes = nodes
         self._secret = cluster_secret
+        self._request_timeout_s = request_timeout_s
         self._pool: Http1Pool | None = None
 
     def start(self) -> None:
@@ -47,17 +50,22 @@ class PeerHttpClient:
         url = self._nodes.node_url(node_id)
         if url is None or self._pool is None:
             raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"node {node_id} unknown")
+        timeout = timeout_for(self._request_timeout_s)
         auth = f"{AUTH_HEADER}: {sign(self._secret, 'POST', path)}\r\n".encode("latin-1")
         try:
-            resp = await self._pool.post(url + path, json.dumps(body).encode(), "application/json",
-                                         FORWARD_TIMEOUT_S, auth)  # fmt: skip
+            resp = await self._pool.post(url + path, json.dumps(body).encode(), "application/json", timeout, auth)
             data = json.loads(resp.body)
-        except (BrokerError, ValueError) as exc:
+        except BrokerError as exc:
+            if exc.error_code is ErrorCode.REQUEST_TIMED_OUT:
+                raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, f"node {node_id}: no answer in {timeout:.3f}s") from exc
+            raise BrokerError(ErrorCode.NETWORK_EXCEPTION, f"node {node_id} unreachable: {exc}") from exc
+        except ValueError as exc:
             raise BrokerError(ErrorCode.NETWORK_EXCEPTION, f"node {node_id} unreachable: {exc}") from exc
         if resp.status >= 400:
             if not isinstance(data, dict):
                 raise BrokerError(ErrorCode.NETWORK_EXCEPTION, f"node {node_id}: HTTP {resp.status} without an error")
-            raise BrokerError(ErrorCode.from_name(data.get("error_code", "")), data.get("message", ""))
+            extra = {k: v for k, v in data.items() if k not in ("error_code", "message", "retriable")}
+            raise BrokerError(ErrorCode.from_name(data.get("error_code", "")), data.get("message", ""), **extra)
         return data
 
 

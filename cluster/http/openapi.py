@@ -97,7 +97,10 @@ def _base_document() -> dict[str, Any]:
             "description": (
                 "Raft-replicated broker with Kafka's exactly-once model. Errors are an HTTP status plus "
                 "{error_code, message, retriable}; error_code is Kafka's error name. A node that does not "
-                "lead a partition answers NOT_LEADER_OR_FOLLOWER (421) with leader_url."
+                "lead a partition answers NOT_LEADER_OR_FOLLOWER (421) with leader_url. Any request may carry "
+                "the header X-Txbroker-Timeout-Ms (the caller's timeout in milliseconds): whatever a node "
+                "forwards on its behalf is bounded by it (default: the node's request_timeout_ms), counted "
+                "from the request's arrival."
             ),
         },
         "paths": {

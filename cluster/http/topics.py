@@ -32,6 +32,9 @@ class TopicRoutes:
         r.add_get("/v1/topics/{topic}", self.describe_topic)
         r.add_delete("/v1/topics/{topic}", self.delete_topic)
 
+    def _controller_url(self) -> str | None:
+        return self.s.nodes.node_url(self.controller.leader_id())
+
     async def cluster(self, _request: web.Request) -> web.Response:
         return web.json_response(self.controller.cluster_json())
 
@@ -50,7 +53,7 @@ class TopicRoutes:
             meta = await self.controller.create_topic(body.get("name"), partitions, rf, body.get("config"))
         except BrokerError as exc:
             if exc.error_code is ErrorCode.NOT_CONTROLLER:
-                return await self.forwarder.to_controller(request, exc, raw)
+                return await self.forwarder.to_controller(request, exc, raw, self._controller_url)
             raise
         return web.json_response(self.controller.topic_json(meta), status=201)
 
@@ -66,6 +69,6 @@ class TopicRoutes:
             meta = await self.controller.delete_topic(request.match_info["topic"])
         except BrokerError as exc:
             if exc.error_code is ErrorCode.NOT_CONTROLLER:
-                return await self.forwarder.to_controller(request, exc, b"")
+                return await self.forwarder.to_controller(request, exc, b"", self._controller_url)
             raise
         return web.json_response({"name": meta.name, "deleted": True})

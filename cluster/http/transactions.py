@@ -26,7 +26,7 @@ from coordinator.states import TransactionState
 from ..partitions import MARKER_PATH
 from ..txn.verification import VERIFY_PATH
 from . import parsing
-from .forwarding import Forwarder
+from .forwarding import Forwarder, Locate
 from .internal import require_internal
 from .services import Services
 
@@ -95,9 +95,16 @@ class TxnRoutes:
     # ---- plumbing -----------------------------------------------------------------------------
 
     async def _routed(
-        self, request: web.Request, raw: bytes, call: Callable[[], Awaitable[dict[str, Any]]]
+        self, request: web.Request, raw: bytes, call: Callable[[], Awaitable[dict[str, Any]]], key: str | None = None
     ) -> web.Response:
-        return await self.forwarder.routed(request, raw, call)
+        """``Forwarder.routed``; the coordinator of ``key`` (default: the path's id) is located anew on retries."""
+        key = key or request.match_info.get("transactional_id") or request.match_info.get("group_id")
+        return await self.forwarder.routed(request, raw, call, self.locate(key) if key else None)
+
+    def locate(self, key: str) -> Locate:
+        """Where the transaction coordinator of ``key`` is, as this node knows now."""
+        partition = self.txn.partition_for(key)
+        return lambda: self.txn.groups.coordinator_url(partition)
 
     async def _body(self, request: web.Request) -> tuple[bytes, dict[str, Any]]:
         raw = await request.read()
@@ -121,7 +128,7 @@ class TxnRoutes:
             p, e = await self.txn.init_producer_id(tid, timeout_ms, *expected)
             return {"producer_id": p, "producer_epoch": e}
 
-        return await self._routed(request, raw, call)
+        return await self._routed(request, raw, call, tid)
 
     async def find_coordinator(self, request: web.Request) -> web.Response:
         return web.json_response(self.txn.coordinator_json(self._tid(request)))
@@ -132,8 +139,15 @@ class TxnRoutes:
         try:
             producers = self.s.partitions.describe_producers(topic, partition)
         except BrokerError as exc:
-            return await self.forwarder.to_leader(request, exc, b"")
+            return await self.forwarder.to_leader(request, exc, b"", lambda: self._leader_url(topic, partition))
         return web.json_response({"topic": topic, "partition": partition, "producers": producers})
+
+    def _leader_url(self, topic: str, partition: int) -> str | None:
+        try:
+            meta = self.s.controller.topic(topic)
+        except BrokerError:
+            return None
+        return self.s.nodes.node_url(self.s.controller.partition_leader(meta, partition))
 
     async def describe(self, request: web.Request) -> web.Response:
         tid = self._tid(request)

@@ -20,6 +20,7 @@ from coordinator.group_commit import GroupDecision, GroupDecisionResult, member_
 from coordinator.metadata import TransactionMetadata
 from coordinator.results import EndTxnResult
 
+from ..deadline import background_task
 from .markers import MarkerDriver, backoff, driver_for_term
 from .state_manager import TransactionStateManager
 
@@ -36,6 +37,7 @@ class CommitGroups:
         self._driver = driver
         self._request_timeout_s = request_timeout_s
         self._drivers: dict[str, tuple[int, asyncio.Task[None]]] = {}
+        self._partition_of: dict[str, int] = {}  # the __transaction_state partition of each driver's decision
 
     async def close(self) -> None:
         tasks = [t for _, t in self._drivers.values()]
@@ -111,9 +113,18 @@ class CommitGroups:
         term = part.group.term() if part is not None else -1
 
         def start() -> asyncio.Task[None]:
-            return asyncio.get_running_loop().create_task(self._drive(partition, decision, term))
+            return background_task(self._drive(partition, decision, term))  # outlives the request
 
-        return driver_for_term(self._drivers, decision.group_id, term, start)
+        key = decision.group_id
+        self._partition_of[key] = partition
+        return driver_for_term(self._drivers, key, term, start, on_end=lambda: self._partition_of.pop(key, None))
+
+    def deposed(self, partition: int) -> None:
+        """This node lost the leadership of ``partition``: stop its drivers now (the new leader resumes them)."""
+        for group_id, p in list(self._partition_of.items()):
+            held = self._drivers.get(group_id)
+            if p == partition and held is not None and not held[1].done():
+                held[1].cancel()
 
     async def _drive(self, partition: int, decision: GroupDecision, term: int) -> None:
         part = self._state.local_partition(partition)

@@ -61,7 +61,7 @@ from ..seams import Clock, MarkerWriter, NodeDirectory, PeerClient, ProducerIdSo
 from .add_partitions import PartitionAdder
 from .commit_groups import CommitGroups
 from .completions import CompletionCounter
-from .markers import MarkerDriver
+from .markers import MarkerDriver, MarkerLeaders
 from .state_manager import TransactionStateManager, TxnPartition
 from .tokens import CarriedMarker, TxnTokens
 from .verification import PartitionVerification
@@ -126,6 +126,7 @@ class TransactionCoordinator:
         topics: TopicDirectory,
         tokens: TxnTokens,
         metrics: NodeMetrics,
+        marker_leaders: MarkerLeaders | None = None,
     ) -> None:
         self._config = config
         self._clock = clock
@@ -136,8 +137,9 @@ class TransactionCoordinator:
         self.groups = self.state.groups
         self._completions = CompletionCounter(metrics)
         self._driver = MarkerDriver(
-            self.state, markers, metrics, self._completions, clock, request_timeout_s, config.txn_reservation_ms / 1000
-        )
+            self.state, markers, metrics, self._completions, clock, request_timeout_s, config.txn_reservation_ms / 1000,
+            marker_leaders,
+        )  # fmt: skip
         self._adder = PartitionAdder(self.state, self._driver, topics, metrics, config.offsets_topic_partitions)
         self._verification = PartitionVerification(self.state, self._driver, self._adder)
         self._commit_groups = CommitGroups(self.state, self._driver, request_timeout_s)
@@ -164,7 +166,12 @@ class TransactionCoordinator:
         self.state.stop()
 
     def _on_leader_change(self, part: TxnPartition) -> None:
-        if not part.group.is_leader() or self._driver.closing:
+        if self._driver.closing:
+            return
+        if not part.group.is_leader():
+            # Deposed: whatever waits on this partition's drivers answers NOT_COORDINATOR now, not at its timeout.
+            self._driver.deposed(part.partition)
+            self._commit_groups.deposed(part.partition)
             return
         started = time.monotonic()
         plans = part.sm.pending_completions()

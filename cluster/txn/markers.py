@@ -10,6 +10,15 @@ written, and the carried-marker bookkeeping (docs/carried-markers.md).
 Drivers are per Raft term: a driver of an earlier term may still be waiting
 on a call (a marker to a paused node) when this node leads again; it then
 ends without completing anything, and the new term gets a driver of its own.
+A node that loses the leadership of a ``__transaction_state`` partition
+stops that partition's drivers at once (``deposed``): every request waiting
+on them answers ``NOT_COORDINATOR`` and the client finds the new coordinator.
+
+Each marker attempt runs under a deadline of the request timeout and is
+abandoned as soon as this node learns that the target partition's leader
+moved (``MarkerLeaders``, ``cluster.deadline.abandon_if_moved``); the next
+attempt goes to the new leader after a short backoff, so a leader change of a
+target partition costs about an election, not a request timeout.
 
 Runs on the asyncio loop.
 """
@@ -30,27 +39,51 @@ from coordinator.metadata import MarkerPlan, TopicPartition, TransactionMetadata
 from coordinator.results import CompleteTxnResult
 from coordinator.transitions import waits_for_previous
 
+from ..deadline import Deadline, abandon_if_moved, background_task, loop_now
 from ..seams import Clock, MarkerWriter
 from .completions import CompletionCounter, PlanKey, plan_key
 from .state_manager import TxnPartition
 
-__all__ = ["CoordinatorLog", "MarkerDriver", "MarkerMetrics", "PlanRun", "driver_for_term", "marker_until_applied"]
+__all__ = [
+    "CoordinatorLog",
+    "MarkerDriver",
+    "MarkerLeaders",
+    "MarkerMetrics",
+    "PlanRun",
+    "driver_for_term",
+    "marker_until_applied",
+]
 
 log = logging.getLogger(__name__)
 
-MARKER_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+#: Backoff between marker attempts that failed retriably (a leader change, an election): short, so the
+#: marker reaches a new leader soon after it is elected.
+MARKER_BACKOFF_S = (0.02, 0.05, 0.1, 0.2, 0.25)
+#: Backoff after an unexpected (non-retriable) error, logged each time.
+ERROR_BACKOFF_S = 1.0
 
 _K = TypeVar("_K")
+_T = TypeVar("_T")
 
 
 class MarkerMetrics(Protocol):
     def txn_marker_written(self, topic: str, commit: bool) -> None: ...
 
 
+class MarkerLeaders(Protocol):
+    def marker_leader(self, topic: str, partition: int) -> int | None:
+        """The node leading the partition a marker goes to, as this node knows now (None: unknown)."""
+        ...
+
+
 class CoordinatorLog(Protocol):
     """What the driver needs of ``TransactionStateManager``: this node's partitions, and proposing to one."""
 
     def local_partition(self, partition: int) -> TxnPartition | None: ...
+
+    def not_coordinator(self, partition: int) -> BrokerError:
+        """The error for a request this node cannot serve on ``partition`` (any longer)."""
+        ...
 
     async def propose(self, part: TxnPartition, command: type[Command], **fields: Any) -> Any: ...
 
@@ -125,6 +158,8 @@ async def marker_until_applied(
                 return None
             if not code.retriable:
                 log.error("%s for %s of %s failed: %s (retrying)", what, tp, plan.transactional_id, exc)
+                await asyncio.sleep(ERROR_BACKOFF_S)
+                continue
         await asyncio.sleep(backoff(attempt))
         attempt += 1
     return None
@@ -159,9 +194,11 @@ class MarkerDriver:
         clock: Clock,
         request_timeout_s: float,
         reservation_s: float,
+        leaders: MarkerLeaders | None = None,
     ) -> None:
         self._state = state
         self._markers = markers
+        self._leaders = leaders
         self._metrics = metrics
         self._completions = completions
         self._clock = clock
@@ -169,6 +206,7 @@ class MarkerDriver:
         self._reservation_s = reservation_s
         self._runs: dict[PlanKey, PlanRun] = {}
         self._drivers: dict[PlanKey, tuple[int, asyncio.Task[None]]] = {}
+        self._partition_of: dict[PlanKey, int] = {}  # the __transaction_state partition of each driver's plan
         self.closing = False
 
     def _run(self, plan: MarkerPlan) -> PlanRun:
@@ -195,6 +233,27 @@ class MarkerDriver:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    def deposed(self, partition: int) -> None:
+        """This node lost the leadership of ``partition``: stop its drivers now.
+
+        Their waiters (``await_markers``, ``await_previous``, a commit waiting for completion) wake at
+        once and answer NOT_COORDINATOR; the new leader resumes every plan.
+        """
+        for key, p in list(self._partition_of.items()):
+            held = self._drivers.get(key)
+            if p == partition and held is not None and not held[1].done():
+                held[1].cancel()
+
+    async def attempt(self, tp: TopicPartition, send: Callable[[], Awaitable[_T]], what: str) -> _T:
+        """One marker call: under a deadline of the request timeout, abandoned if ``tp``'s leader moves."""
+        deadline = Deadline.after(loop_now(), self._request_timeout_s)
+        leaders = self._leaders
+        if leaders is None:
+            return await abandon_if_moved(send(), lambda: None, deadline, what=what)
+        return await abandon_if_moved(
+            send(), lambda: leaders.marker_leader(tp.topic, tp.partition), deadline, what=f"{what} for {tp}"
+        )
+
     def still_leading(self, part: TxnPartition, term: int) -> bool:
         return part.group.is_leader() and part.group.term() == term and not self.closing
 
@@ -213,12 +272,14 @@ class MarkerDriver:
 
         def ended() -> None:
             run.written = {}
+            self._partition_of.pop(key, None)
             self._forget_if_done(part, plan)
 
+        self._partition_of[key] = part.partition
+        # The driver outlives the request that may have started it: it runs outside that request's deadline.
         return driver_for_term(
-            self._drivers, key, term, lambda: asyncio.get_running_loop().create_task(self._drive(part, plan, term)),
-            on_end=ended,
-        )  # fmt: skip
+            self._drivers, key, term, lambda: background_task(self._drive(part, plan, term)), on_end=ended
+        )
 
     def marker_written(self, plan: MarkerPlan, tp: TopicPartition) -> asyncio.Future[None]:
         """The future a running driver of ``plan`` completes once the marker on ``tp`` is written."""
@@ -257,7 +318,8 @@ class MarkerDriver:
         Bounded by the request timeout; if the driver ends without writing
         them (this node lost the leadership), or the wait runs out, the answer
         is CONCURRENT_TRANSACTIONS (retriable: the client resends, and the
-        verification runs again wherever the coordinator is then).
+        verification runs again wherever the coordinator is then), or
+        NOT_COORDINATOR once this node no longer leads the partition.
         """
         tps = list(tps)
         loop = asyncio.get_running_loop()
@@ -283,6 +345,8 @@ class MarkerDriver:
                 break
             await asyncio.wait({*pending, task}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             gave_up = task.done() and any(not fut.done() for fut in pending)
+        if not part.group.is_leader():
+            raise self._state.not_coordinator(part.partition)  # deposed: the client asks the new coordinator
         raise BrokerError(
             ErrorCode.CONCURRENT_TRANSACTIONS,
             f"the previous transaction of {plan.transactional_id!r} is still writing its markers",
@@ -340,9 +404,9 @@ class MarkerDriver:
 
         async def one(tp: TopicPartition) -> bool:
             async def send() -> bool:
-                await self._markers.write_txn_marker(
+                await self.attempt(tp, lambda: self._markers.write_txn_marker(
                     tp.topic, tp.partition, plan.producer_id, plan.producer_epoch, term, control
-                )
+                ), "marker")  # fmt: skip
                 self._metrics.txn_marker_written(tp.topic, plan.commit)
                 return True
 
@@ -459,9 +523,9 @@ class MarkerDriver:
         control = ControlType.COMMIT if plan.commit else ControlType.ABORT
 
         async def send() -> bool:
-            res = await self._markers.revoke_txn_marker(
+            res = await self.attempt(tp, lambda: self._markers.revoke_txn_marker(
                 tp.topic, tp.partition, plan.producer_id, plan.producer_epoch, term, control
-            )
+            ), "revoking marker")  # fmt: skip
             if not res.used:
                 self._metrics.txn_marker_written(tp.topic, plan.commit)
             return res.used

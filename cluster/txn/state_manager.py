@@ -28,6 +28,7 @@ from raft import RaftNode
 from storage.store import NodeStore
 
 from ..config import NodeConfig
+from ..deadline import Deadline, call_at_leader, current_deadline, loop_now
 from ..internal_groups import InternalGroups, InternalPartition
 from ..peers import PeerView
 from ..seams import Clock, NodeDirectory, PeerClient, ProducerIdSource
@@ -114,6 +115,10 @@ class TransactionStateManager:
         """The partition of ``key`` if this node is its ready leader; else NOT_COORDINATOR and friends."""
         return self.groups.leading(self.partition_for(key))
 
+    def not_coordinator(self, partition: int) -> BrokerError:
+        """The error for a request this node cannot serve on ``partition`` (any longer)."""
+        return self.groups.not_coordinator(partition)
+
     def local_partition(self, partition: int) -> TxnPartition | None:
         """This node's replica of ``partition``, if it has one."""
         return self.groups.local.get(partition)
@@ -135,12 +140,24 @@ class TransactionStateManager:
         return out
 
     async def remote(self, key: str, path: str, body: dict[str, Any]) -> Any:
-        """Call ``path`` on the node that coordinates ``key`` (another node)."""
+        """Call ``path`` on the node that coordinates ``key`` (another node), within the request's deadline.
+
+        Retried at the coordinator as this node then knows it while the answer says it moved
+        (``cluster.deadline.call_at_leader``); NOT_COORDINATOR if it moved here.
+        """
         partition = self.partition_for(key)
-        node = self.groups.leader_id(partition)
-        if node is None or node == self._nodes.node_id:
-            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{TXN_STATE_KIND}-{partition} has no leader")
-        return await self._peers.call(node, path, body)
+        me = self._nodes.node_id
+
+        def resolve(_last: BrokerError | None) -> int | None:
+            node = self.groups.leader_id(partition)
+            if node == me:
+                raise self.groups.not_coordinator(partition)  # the caller serves it here when it asks again
+            return node
+
+        deadline = current_deadline() or Deadline.after(loop_now(), self.config.request_timeout_ms / 1000)
+        return await call_at_leader(
+            resolve, lambda node: self._peers.call(node, path, body), deadline, what=f"{path} at the coordinator"
+        )
 
     # ---- proposing --------------------------------------------------------------------------
 

@@ -88,7 +88,7 @@ class Clock:
 def make_driver() -> tuple[MarkerDriver, Any, FakeLog, BlockedMarkers]:
     log, markers, metrics = FakeLog(), BlockedMarkers(), Metrics()
     driver = MarkerDriver(log, markers, metrics, CompletionCounter(metrics), Clock(), 30.0, 1.0)  # type: ignore[arg-type]
-    part = SimpleNamespace(group=FakeGroup(), sm=SimpleNamespace(get=lambda tid: None))
+    part = SimpleNamespace(partition=0, group=FakeGroup(), sm=SimpleNamespace(get=lambda tid: None))
     return driver, part, log, markers
 
 
