@@ -312,11 +312,18 @@ class RaftGroup:
         return so is not None and not self._destroyed and so._isLeader() and self._ready_term == so.raftCurrentTerm
 
     def leader(self) -> str | None:
+        """The leader as this node knows it; None while electing, or when a follower has not heard
+        from its leader for the maximum election timeout (cut off: whoever leads now, it is not news
+        this node has)."""
         so = self._so
         if so is None or self._destroyed:
             return None
         node = so._getLeader()
-        return None if node is None else str(node.id)
+        if node is None:
+            return None
+        if not so._isLeader() and not so.leader_heard_within(self._settings.election_timeout_max_s):
+            return None
+        return str(node.id)
 
     def term(self) -> int:
         so = self._so

@@ -197,5 +197,10 @@ class QuorumGuard:
         patches.set_election_deadline(self, 0.0)
         self._wake_at(now)
 
+    def leader_heard_within(self, seconds: float) -> bool:
+        """As a follower: did the leader's AppendEntries arrive within ``seconds``? (any thread)"""
+        contact = self._txb_leader_contact
+        return contact is not None and patches.syncobj_clock() - contact < seconds
+
     def _wake_at(self, when: float) -> None:
         """Hook: make sure the SyncObj is ticked at ``when`` (PySyncObj's clock)."""

@@ -136,6 +136,11 @@ def test_a_cut_off_node_raises_no_term_and_the_heal_keeps_the_majoritys_leaders(
         assert not raised, f"the cut-off node raised terms: {raised}"
         time.sleep(0.2)
 
+    # Cut off, it names no leader: it stepped down where it led, and has no news of the others.
+    view = http("GET", cluster.url(target) + "/v1/metadata")[1]
+    named = {(t["name"], p["partition"]): p["leader"] for t in view["topics"] for p in t["partitions"]}  # type: ignore[index]
+    assert named and all(leader is None for leader in named.values()), named
+
     # The majority has a leader for every group.
     def majority_led() -> Groups | None:
         groups = _groups(cluster, others)
