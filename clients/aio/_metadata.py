@@ -5,7 +5,11 @@ Like Kafka's client ``Metadata``: a cache refreshed on demand (unknown topic,
 ``metadata_max_age_ms``; concurrent refreshes are coalesced into one request.
 Any node answers ``GET /v1/metadata`` for the whole cluster, so the cache asks
 the bootstrap URLs and every node URL it has learnt, in turn, until one
-answers.
+answers; each refresh starts at the next node (like Kafka's least-loaded
+node), so one node with a stale view (cut off from its peers, it names no
+leaders) is not asked first every time. An answer that names no leader for a
+partition keeps the leader the cache already had: "no leader known here" is
+not news, while ``invalidate`` (a ``NOT_LEADER_OR_FOLLOWER``) does forget it.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ class MetadataCache:
         self._missing_since: dict[str, float] = {}
         self._fetched_at = 0.0
         self._refreshing: asyncio.Future[None] | None = None
+        self._rotation = 0
 
     # ---- queries -------------------------------------------------------------------------
 
@@ -71,6 +76,13 @@ class MetadataCache:
         seen = dict.fromkeys(self.bootstrap)
         seen.update(dict.fromkeys(self._node_urls.values()))
         return list(seen)
+
+    def _rotated(self) -> list[str]:
+        """``urls()`` starting at the next node in turn."""
+        urls = self.urls()
+        k = self._rotation % len(urls)
+        self._rotation += 1
+        return urls[k:] + urls[:k]
 
     def node_url(self, node_id: int) -> str | None:
         return self._node_urls.get(node_id)
@@ -158,7 +170,7 @@ class MetadataCache:
         if topics is not None:
             query = "?topics=" + ",".join(quote(t, safe="") for t in topics)
         last: BrokerError | None = None
-        for url in urls if urls is not None else self.urls():
+        for url in urls if urls is not None else self._rotated():
             try:
                 body = await self._session.request_json("GET", f"{url}/v1/metadata{query}", timeout=timeout)
             except BrokerError as exc:
@@ -176,12 +188,17 @@ class MetadataCache:
         topics: dict[str, dict[int, PartitionInfo]] = {} if not partial else dict(self._topics)
         for t in body.get("topics", []):
             parts: dict[int, PartitionInfo] = {}
+            known = self._topics.get(t["name"], {})
             for p in t["partitions"]:
                 url = p.get("leader_url")
+                leader = p.get("leader")
+                old = known.get(int(p["partition"]))
+                if not url and old is not None and old.leader_url is not None:
+                    leader, url = old.leader, old.leader_url  # no leader known there: keep ours
                 parts[int(p["partition"])] = PartitionInfo(
                     topic=t["name"],
                     partition=int(p["partition"]),
-                    leader=p.get("leader"),
+                    leader=leader,
                     leader_url=str(url).rstrip("/") if url else None,
                     replicas=tuple(p.get("replicas", ())),
                     high_watermark=int(p.get("high_watermark", 0)),
