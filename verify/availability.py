@@ -9,7 +9,9 @@ transactions and acknowledged sends:
 * **longest ack gap**: the same for acknowledged idempotent sends;
 * **recovery**: from the heal to the first commit (ack) completing after it; ``None`` when none
   completed before the run ended;
-* **outside faults**: the longest gaps over the parts of the run that no fault window covers.
+* **outside faults**: the longest gaps over the parts of the run that no fault window covers;
+* **leader changes after the heal** (from ``leadership`` lines, recorded by ``--nemesis``): how many
+  Raft groups changed leader or term in the seconds after the heal.
 
 A ``start`` without a matching ``heal`` (the run ended first) makes a window to the run's end.
 """
@@ -52,6 +54,7 @@ class WindowAvailability:
     longest_ack_gap: float
     commit_recovery: float | None
     ack_recovery: float | None
+    leader_changes_after_heal: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         w = self.window
@@ -59,7 +62,7 @@ class WindowAvailability:
             "fault": w.fault, "nodes": list(w.nodes), "start": w.start, "heal": w.heal, "commits": self.commits,
             "acks": self.acks, "longest_commit_gap": _r(self.longest_commit_gap),
             "longest_ack_gap": _r(self.longest_ack_gap), "commit_recovery": _r(self.commit_recovery),
-            "ack_recovery": _r(self.ack_recovery),
+            "ack_recovery": _r(self.ack_recovery), "leader_changes_after_heal": self.leader_changes_after_heal,
         }  # fmt: skip
 
 
@@ -75,8 +78,11 @@ class Availability:
     outside_seconds: float = 0.0
 
     def max_single_node_commit_gap(self) -> float | None:
-        """The longest commit gap over windows whose fault targets one node (None: no such window)."""
-        gaps = [w.longest_commit_gap for w in self.windows if len(w.window.nodes) == 1]
+        """The longest commit gap over windows whose fault targets one node (None: no such window).
+
+        A bridge names one node too (the one that reaches both sides), but it cuts a link between two
+        others: it is not a single-node fault."""
+        gaps = [w.longest_commit_gap for w in self.windows if len(w.window.nodes) == 1 and w.window.fault != "bridge"]
         return max(gaps) if gaps else None
 
     def to_json(self) -> dict[str, Any]:
@@ -159,8 +165,11 @@ def compute_availability(
     faults: Iterable[tuple[str, str, Sequence[int], float]],
     run_start: float,
     run_end: float,
+    leadership: Iterable[tuple[float, int]] = (),
 ) -> Availability:
-    """Per-window and outside-fault availability from commit/ack completion times and fault events."""
+    """Per-window and outside-fault availability from commit/ack completion times and fault events;
+    ``leadership``: (heal time, groups that changed leader after it)."""
+    changes = dict(leadership)
     c = sorted(commits)
     a = sorted(acks)
     windows = fault_windows(faults)
@@ -176,6 +185,7 @@ def compute_availability(
                 longest_ack_gap=longest_gap(a, w.start, end),
                 commit_recovery=first_after(c, w.heal) if w.heal is not None else None,
                 ack_recovery=first_after(a, w.heal) if w.heal is not None else None,
+                leader_changes_after_heal=changes.get(w.heal) if w.heal is not None else None,
             )
         )
     for s, e in _outside(windows, run_start, run_end):

@@ -143,6 +143,7 @@ class _State:
     commit_times: list[float] = field(default_factory=list)
     ack_times: list[float] = field(default_factory=list)
     faults: list[tuple[str, str, list[int], float]] = field(default_factory=list)
+    leadership: list[tuple[float, int]] = field(default_factory=list)  # (heal time, groups changed after it)
     copies: list[tuple[str, str]] = field(default_factory=list)
     copier_caught_up: bool | None = None
     run_start: float | None = None
@@ -295,6 +296,8 @@ def _consume(s: _State, op: Op) -> None:
         _on_drain(s, op)
     elif kind == "fault":
         s.faults.append((str(op["kind"]), str(op["fault"]), list(op.get("nodes", [])), float(op["time"])))
+    elif kind == "leadership":
+        s.leadership.append((float(op["time"]), len(op.get("changed", []))))
     elif kind == "run":
         if op.get("kind") == "start":
             s.run_start = float(op["time"])
@@ -509,6 +512,6 @@ def check(ops: Iterable[Op]) -> CheckResult:
         notes.append("the copier did not finish: missing copies are not counted as anomalies")
     run_start = s.run_start if s.run_start is not None else (s.first_time or 0.0)
     run_end = s.run_end if s.run_end is not None else (s.last_time or run_start)
-    availability = compute_availability(s.commit_times, s.ack_times, s.faults, run_start, run_end)
+    availability = compute_availability(s.commit_times, s.ack_times, s.faults, run_start, run_end, s.leadership)
     return CheckResult(s.anomalies, {k: s.by_kind.get(k, 0) for k in ANOMALY_KINDS}, dict(s.counts), availability,
                        notes)  # fmt: skip

@@ -164,6 +164,7 @@ def _live(args: argparse.Namespace, bootstrap: list[str], history: HistoryWriter
 
 def _with_nemesis(args: argparse.Namespace, history: HistoryWriter, seed: int) -> dict[str, Any] | str:
     """The workload over a fresh namespaced cluster with faults; a string is why it could not run."""
+    from verify.leadership import HealWatch
     from verify.nemesis import Fault, FaultEvent, Nemesis
     from verify.netns import NamespacedCluster, unavailable_reason
 
@@ -178,14 +179,21 @@ def _with_nemesis(args: argparse.Namespace, history: HistoryWriter, seed: int) -
     if not faults:
         return "--faults names no fault"
 
+    watch_stop = threading.Event()
+    watch: HealWatch | None = None
+
     def on_event(ev: FaultEvent) -> None:
         history.fault(ev.kind, ev.fault.value, ev.nodes, time_=history.at(ev.time))
+        if ev.kind == "heal" and watch is not None:
+            watch.healed(ev.fault.value, history.at(ev.time))
 
     with tempfile.TemporaryDirectory(prefix="txbroker-verify-") as tmp:
         print(f"starting a {args.nodes}-node namespaced cluster in {tmp}", file=sys.stderr, flush=True)
         with NamespacedCluster(Path(tmp), nodes=args.nodes) as cluster:
             cluster.start()
             workload = Workload(_config(args, list(cluster.urls), seed), history)
+            settle = max(1.0, min(5.0, args.quiet_seconds - 0.5))
+            watch = HealWatch(cluster.urls, history.leadership, settle, watch_stop)
             rounds = max(1, int(args.duration // (args.fault_seconds + args.quiet_seconds)) or 1)
             nemesis = Nemesis(cluster, topic=workload.config.topics[0],
                               transactional_id=workload.first_transactional_id, rng=random.Random(seed),
@@ -203,6 +211,8 @@ def _with_nemesis(args: argparse.Namespace, history: HistoryWriter, seed: int) -
                     thread.join(args.fault_seconds + 60)
 
             status = _run_workload(workload, args.duration, after_start=thread.start, before_finish=heal)
+            watch.join(settle + 10)
+            watch_stop.set()
             return {"workload": workload.summary(), "status": status, "faults": [f.value for f in faults]}
 
 

@@ -79,6 +79,11 @@ class HistoryWriter:
         t = self.now() if time_ is None else time_
         self.write({"type": "fault", "kind": kind, "fault": fault, "nodes": list(nodes), "time": t})
 
+    def leadership(self, fault: str, heal_time: float, groups: int, changed: Sequence[str]) -> None:
+        """How many of ``groups`` Raft groups changed leader or term within a while after the heal at ``heal_time``."""
+        self.write({"type": "leadership", "fault": fault, "time": heal_time, "groups": groups,
+                    "changed": list(changed), "recorded": self.now()})  # fmt: skip
+
     def send(
         self,
         process: str,

@@ -54,8 +54,12 @@ def _window_row(w: WindowAvailability) -> str:
     return (
         f"{w.window.fault:<22} {nodes:<6} {w.window.start:>7.1f} {heal:>7} {w.commits:>7} {w.acks:>7} "
         f"{_s(w.longest_commit_gap):>10} {_s(w.longest_ack_gap):>10} {_s(w.commit_recovery):>10} "
-        f"{_s(w.ack_recovery):>10}"
+        f"{_s(w.ack_recovery):>10} {_n(w.leader_changes_after_heal):>9}"
     )
+
+
+def _n(x: int | None) -> str:
+    return "-" if x is None else str(x)
 
 
 def render_text(result: CheckResult, max_commit_gap: float | None = None) -> str:
@@ -75,7 +79,7 @@ def render_text(result: CheckResult, max_commit_gap: float | None = None) -> str
     lines.append("")
     lines.append(f"availability (run {a.run_start:.1f}s .. {a.run_end:.1f}s, {a.commits} commits, {a.acks} acks)")
     head = (f"{'fault':<22} {'nodes':<6} {'start':>7} {'heal':>7} {'commits':>7} {'acks':>7} {'commit gap':>10} "
-            f"{'ack gap':>10} {'commit rec':>10} {'ack rec':>10}")  # fmt: skip
+            f"{'ack gap':>10} {'commit rec':>10} {'ack rec':>10} {'ldr chg':>9}")  # fmt: skip
     lines.append("  " + head)
     lines.extend("  " + _window_row(w) for w in a.windows)
     lines.append(
