@@ -76,6 +76,7 @@ READ_REPLICA_LEADER = "leader"  # the default: only the partition's ready leader
 READ_REPLICA_ANY = "any"  # a follower read: any replica answers from its own committed copy
 MARKER_PATH = "/v1/internal/txn/marker"
 _CARRIED_EPOCHS_KEPT = 100_000
+_LEADER_HINT_WAIT_S = 1.0  # a long-poll that lost leadership waits this long at most to learn the new leader
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,7 +423,12 @@ class PartitionService:
                     high_watermark=known_hw,
                 )
             if offset >= bound() and wait > 0 and not self.draining:
+                waited = time.perf_counter()
                 await rep.notifier.wait_until(lambda: offset < bound() or self.draining or lost(), wait)
+                if lost():
+                    # Leadership moved while waiting: name the new leader once known (within a moment).
+                    hint_wait = min(_LEADER_HINT_WAIT_S, wait - (time.perf_counter() - waited))
+                    await rep.notifier.wait_until(lambda: rep.leader_id not in (None, self.config.node_id), hint_wait)
             if lost():
                 raise self._not_leader(meta, partition)
             info = plog.fetch(offset, max_bytes, read_committed=read_committed)
