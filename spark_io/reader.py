@@ -34,6 +34,7 @@ from pyspark.sql.types import StructType
 from clients.protocol import BrokerError, ErrorCode, FetchBatches
 from clients.txn_filter import visible_batches
 
+from . import _http
 from .arrow_records import RecordBatchBuilder
 from .broker import READ_COMMITTED, BrokerClient, retry_delay
 from .options import ReaderOptions
@@ -130,6 +131,8 @@ class _Prefetcher:
             self._put(None)
         except BaseException as exc:  # handed to the task thread, which raises it
             self._put(exc)
+        finally:
+            _http.close_all()  # this thread's keep-alive connections end with it
 
     def _next(self, pos: int) -> tuple[FetchBatches | None, int]:
         """One fetch at ``pos`` with retries; returns the answer and the next fetch offset."""
