@@ -340,6 +340,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from-beginning", action="store_true", help="start at the log start (default: at the end)")
     p.add_argument("--isolation", choices=["read_committed", "read_uncommitted"], default="read_uncommitted")
     p.add_argument("--partition", type=int, help="read only this partition (default: all)")
+    p.add_argument(
+        "--read-replica",
+        choices=["leader", "any"],
+        default="leader",
+        help="leader (default): read from each partition's leader; any: from a replica on the bootstrap node",
+    )
     p.add_argument("--max", type=int, help="exit after this many records")
     p.add_argument(
         "--timeout-ms", type=int, help="exit after this long without a record (default 2000; none with --max/--follow)"

@@ -121,6 +121,7 @@ def consume(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
         args.bootstrap,
         isolation_level=args.isolation,
         auto_offset_reset="earliest" if args.from_beginning else "latest",
+        read_replica=args.read_replica,
     )
     try:
         partitions = sorted(consumer.partitions_for_topic(args.topic))

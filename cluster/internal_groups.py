@@ -212,6 +212,7 @@ class InternalGroups(Generic[SM]):
                 "kind": self.kind,
                 "partition": p,
                 "leader": leader,
+                "ready": part.group.is_leader(),  # this node leads it with its barrier applied (readiness)
                 "term": part.group.term(),
                 "commit_index": part.group.commit_index(),
             }

@@ -27,7 +27,7 @@ from storage.store import NodeStore
 from .background import every
 from .config import ConfiguredNodes, NodeConfig
 from .controller import ControllerStateMachine
-from .controller_service import ControllerService
+from .controller_service import CONTROLLER_GROUP, ControllerService
 from .group_service import GroupService
 from .http import PeerHttpClient, Services, make_app
 from .internal_groups import InternalGroups
@@ -35,6 +35,7 @@ from .metrics import GroupRaftSample, NodeMetrics, NodeSample
 from .partitions import PartitionService
 from .peers import PeerView
 from .producer_ids import ProducerIdManager
+from .readiness import missing_groups
 from .replicas import LocalReplica, ReplicaManager
 from .routed_produce import RoutedProducer
 from .seams import SystemClock, TopicDirectory
@@ -172,8 +173,9 @@ class Node:
             topics=self.controller, txn=self.txn, metrics=metrics,
         )  # fmt: skip
         self.partitions = PartitionService(
-            config, self.replicas, self.controller, self.nodes, self.peer_client, self.txn, tokens, metrics, clock
-        )
+            config, self.replicas, self.controller, self.nodes, self.peer_client, self.txn, tokens, metrics, clock,
+            self.peer_view,
+        )  # fmt: skip
         self.markers.partitions = self.partitions
         self.markers.groups = self.groups
         self.markers.topics = self.controller
@@ -239,8 +241,17 @@ class Node:
         return self.partitions.draining
 
     def is_ready(self) -> bool:
-        """Serving: not draining, and this node's own controller replica knows a leader."""
-        return not self.draining and self.controller.leader_known()
+        """Serving: not draining, the controller leader known, every local internal group with a ready leader."""
+        return not self.draining and not self.missing_groups()
+
+    def missing_groups(self) -> list[dict[str, Any]]:
+        """What keeps this node from serving: the controller without a known leader, and the internal groups
+        replicated here without a ready leader (``cluster.readiness``)."""
+        kinds: list[InternalGroups[Any]] = [self.txn.groups, self.groups.groups]
+        out = [m.to_json() for m in missing_groups(self.config, kinds, self.peer_view)]
+        if not self.controller.leader_known():
+            out.insert(0, {"group": CONTROLLER_GROUP, "leader": None, "reason": "no leader"})
+        return out
 
     def _all_groups(self) -> list[RaftGroup]:
         groups = [r.group for r in self.replicas.replicas.values()] + self.txn.groups.groups()

@@ -5,6 +5,11 @@ partition this node does not lead answers ``NOT_LEADER_OR_FOLLOWER`` with
 the leader's URL. Domain rules that decide the log's content run in the
 storage state machines' ``apply``; the checks here only fail fast.
 
+Fetch reads from the *ready* leader (its term's barrier applied, so its log
+holds everything the partition acknowledged). A follower read
+(``read_replica=any``, KIP-392) is served by any replica from its own
+committed copy; see ``PartitionService.fetch`` for the offsets it reports.
+
 Everything runs on the asyncio loop thread.
 """
 
@@ -47,14 +52,16 @@ from .config import NodeConfig
 from .controller_service import ControllerService
 from .metrics import NodeMetrics, PartitionSample
 from .replicas import LocalReplica, ReplicaManager
-from .seams import Clock, NodeDirectory, PartitionVerifier, PeerClient
+from .seams import Clock, NodeDirectory, PartitionVerifier, PeerClient, PeerPartitions
 from .sequencer import SubmitSequencer
-from .topics import TopicMetadata
+from .topics import TopicMetadata, group_id_for
 from .txn.tokens import CarriedMarker, TxnTokens
 
 __all__ = [
     "MARKER_PATH",
     "READ_COMMITTED",
+    "READ_REPLICA_ANY",
+    "READ_REPLICA_LEADER",
     "READ_UNCOMMITTED",
     "FetchResult",
     "PartitionProduceResult",
@@ -65,8 +72,11 @@ log = logging.getLogger(__name__)
 
 READ_COMMITTED = "read_committed"
 READ_UNCOMMITTED = "read_uncommitted"
+READ_REPLICA_LEADER = "leader"  # the default: only the partition's ready leader answers a fetch
+READ_REPLICA_ANY = "any"  # a follower read: any replica answers from its own committed copy
 MARKER_PATH = "/v1/internal/txn/marker"
 _CARRIED_EPOCHS_KEPT = 100_000
+_LEADER_HINT_WAIT_S = 1.0  # a long-poll that lost leadership waits this long at most to learn the new leader
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +114,8 @@ class FetchResult:
     upper_bound: int
     batches: list[StoredBatch]
     aborted_transactions: list[tuple[int, int]]
+    served_by: int | None = None  # a follower read (read_replica=any): the node that answered
+    replica_end_offset: int | None = None  # ... and the end of that node's committed copy
 
 
 def _marker_result(control: ControlType, body: dict[str, Any]) -> TxnMarkerResult:
@@ -151,12 +163,14 @@ class PartitionService:
         tokens: TxnTokens,
         metrics: NodeMetrics,
         clock: Clock,
+        peer_partitions: PeerPartitions,
     ) -> None:
         self.config = config
         self._replicas = replicas
         self._controller = controller
         self._nodes = nodes
         self._peers = peers
+        self._peer_partitions = peer_partitions
         self._verifier = verifier
         self._tokens = tokens
         self._metrics = metrics
@@ -170,6 +184,16 @@ class PartitionService:
 
     def _not_leader(self, meta: TopicMetadata, partition: int, why: str = "") -> BrokerError:
         leader = self._controller.partition_leader(meta, partition)
+        if leader == self.config.node_id:
+            leader_group = self._replicas.get(meta.name, partition)
+            if leader_group is None or not leader_group.group.is_leader():
+                # Elected here but its barrier is not applied yet: point back here, the client retries.
+                return BrokerError(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    f"node {self.config.node_id} is the new leader of {meta.name}-{partition}, still loading",
+                    leader_id=leader,
+                    leader_url=self._nodes.node_url(leader),
+                )
         return BrokerError(
             ErrorCode.NOT_LEADER_OR_FOLLOWER,
             why or f"node {self.config.node_id} is not the leader of {meta.name}-{partition}",
@@ -355,8 +379,21 @@ class PartitionService:
     # ---- fetch ----------------------------------------------------------------------------------
 
     async def fetch(
-        self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int, isolation: str
-    ) -> FetchResult:
+        self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int, isolation: str,
+        read_replica: str = READ_REPLICA_LEADER,
+    ) -> FetchResult:  # fmt: skip
+        """Records from ``offset``, per API.md "Fetch".
+
+        ``read_replica="leader"``: only the ready leader answers (else ``NOT_LEADER_OR_FOLLOWER`` with the
+        leader's URL), so ``high_watermark`` is never below what the partition acknowledged before the
+        request arrived; a long-poll that loses leadership ends at once with that error.
+
+        ``read_replica="any"``: any replica answers from its own committed copy, whose end is
+        ``replica_end_offset``. Its ``high_watermark`` is the highest high watermark of the leader this
+        replica knows: from the commits it has applied (its own end) or from the leader's state it last
+        read (peer polling). So it may exceed ``replica_end_offset``: offsets between the two are valid
+        (an empty answer, or a long-poll until the copy catches up), not out of range.
+        """
         started = time.perf_counter()
         outcome = "error"
         try:
@@ -364,40 +401,65 @@ class PartitionService:
             if not 0 <= partition < len(meta.partitions):
                 raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")
             rep = self._replicas.get(topic, partition)
-            if rep is None:
+            leader_read = read_replica == READ_REPLICA_LEADER
+            if rep is None or (leader_read and not rep.group.is_leader()):
                 raise self._not_leader(meta, partition)
             plog = rep.log
             wait = min(max_wait_ms, self.config.max_fetch_wait_ms) / 1000
             read_committed = isolation == READ_COMMITTED
+            known_hw = plog.high_watermark if leader_read else self._known_high_watermark(rep)
 
             def bound() -> int:
                 return plog.last_stable_offset if read_committed else plog.high_watermark
 
-            if offset < plog.log_start_offset or offset > plog.high_watermark:
+            def lost() -> bool:
+                return leader_read and not rep.group.is_leader()
+
+            if offset < plog.log_start_offset or offset > known_hw:
                 raise BrokerError(
                     ErrorCode.OFFSET_OUT_OF_RANGE,
-                    f"offset {offset} is outside [{plog.log_start_offset}, {plog.high_watermark}]",
+                    f"offset {offset} is outside [{plog.log_start_offset}, {known_hw}]",
                     log_start_offset=plog.log_start_offset,
-                    high_watermark=plog.high_watermark,
+                    high_watermark=known_hw,
                 )
             if offset >= bound() and wait > 0 and not self.draining:
-                await rep.notifier.wait_until(lambda: offset < bound() or self.draining, wait)
+                waited = time.perf_counter()
+                await rep.notifier.wait_until(lambda: offset < bound() or self.draining or lost(), wait)
+                if lost():
+                    # Leadership moved while waiting: name the new leader once known (within a moment).
+                    hint_wait = min(_LEADER_HINT_WAIT_S, wait - (time.perf_counter() - waited))
+                    await rep.notifier.wait_until(lambda: rep.leader_id not in (None, self.config.node_id), hint_wait)
+            if lost():
+                raise self._not_leader(meta, partition)
             info = plog.fetch(offset, max_bytes, read_committed=read_committed)
             batches = info.batches
             outcome = "ok"
             nrec = sum(b.header.record_count for b in batches if not b.header.is_control)
             self._metrics.records_fetched.labels(topic).inc(nrec)
             self._metrics.bytes_fetched.labels(topic).inc(sum(len(b.data) for b in batches))
+            if leader_read:
+                return FetchResult(
+                    info.high_watermark, info.last_stable_offset, info.log_start_offset, info.upper_bound, batches,
+                    info.aborted_transactions,
+                )  # fmt: skip
             return FetchResult(
-                info.high_watermark,
-                info.last_stable_offset,
-                info.log_start_offset,
-                info.upper_bound,
-                batches,
-                info.aborted_transactions,
-            )
+                max(info.high_watermark, self._known_high_watermark(rep)), info.last_stable_offset,
+                info.log_start_offset, info.upper_bound, batches, info.aborted_transactions,
+                served_by=self.config.node_id, replica_end_offset=info.high_watermark,
+            )  # fmt: skip
         finally:
             self._metrics.fetch_duration.labels(outcome).observe(time.perf_counter() - started)
+
+    def _known_high_watermark(self, rep: LocalReplica) -> int:
+        """The highest high watermark of the partition's leader this replica knows (see ``fetch``)."""
+        own = rep.log.high_watermark
+        if rep.group.is_leader():
+            return own
+        info = self._peer_partitions.remote_partition(group_id_for(rep.topic.topic_id, rep.partition))
+        reported = info.get("high_watermark") if info is not None else None
+        if isinstance(reported, int) and not isinstance(reported, bool):
+            return max(own, reported)
+        return own
 
     # ---- producer state and markers --------------------------------------------------------------
 

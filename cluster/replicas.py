@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 class NotifyingLog:
     """A PartitionLog seen by Raft: wakes fetch long-polls when the high watermark moves.
 
+    ``wake`` also wakes them on a leadership change of the partition (a leader
+    read that loses leadership while it waits ends at once).
+
     Lost-wakeup freedom: a waiter registers *then* re-reads the high watermark;
     ``apply`` moves the high watermark *then* checks for waiters.
     """
@@ -66,6 +69,10 @@ class NotifyingLog:
 
     def consistent_snapshot(self) -> tuple[int, Callable[[BinaryIO], None]]:
         return self.log.consistent_snapshot()
+
+    def wake(self) -> None:
+        """Wake every waiter to re-check its predicate (loop thread)."""
+        self._wake()
 
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, []
@@ -204,6 +211,7 @@ class ReplicaManager:
         changed = (new_leader, event.term) != (rep.leader_id, rep.term)
         rep.leader_id = new_leader
         rep.term = event.term
+        rep.notifier.wake()  # leader reads waiting here re-check their leadership
         if changed and self._on_leader_change is not None:
             self._on_leader_change(rep)
 

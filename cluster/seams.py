@@ -17,6 +17,8 @@ node or to the HTTP layer.
   transaction, adding it if needed.
 * ``TransactionPartitions``: AddPartitionsToTxn on the transaction coordinator.
 * ``ProducerIdSource``: the next producer id of this node's block.
+* ``PeerPartitions``: a group's state as the peers last reported it (their
+  ``/v1/internal/state``), such as the leader's high watermark.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
     "NodeDirectory",
     "PartitionVerifier",
     "PeerClient",
+    "PeerPartitions",
     "ProducerIdSource",
     "SystemClock",
     "TopicDirectory",
@@ -76,6 +79,12 @@ class PeerClient(Protocol):
         An error answer is raised as ``BrokerError`` with the remote error code; an unreachable node as
         ``NETWORK_EXCEPTION``; an unknown node as ``COORDINATOR_NOT_AVAILABLE``.
         """
+        ...
+
+
+class PeerPartitions(Protocol):
+    def remote_partition(self, group_id: str) -> dict[str, Any] | None:
+        """A group's state as a live peer last reported it (its leader's own report first); None if unknown."""
         ...
 
 

@@ -143,7 +143,9 @@ def read_all(demo: Demo, topic: str, partition: int, via: int) -> list[str]:
     offset = 0
     while True:
         res = request_json(
-            "GET", f"{demo.url(via)}/v1/topics/{topic}/partitions/{partition}/records?offset={offset}&max_bytes=4194304"
+            "GET",
+            f"{demo.url(via)}/v1/topics/{topic}/partitions/{partition}/records"
+            f"?offset={offset}&max_bytes=4194304&read_replica=any",  # that node's own copy
         )
         out += [base64.b64decode(r["value"]).decode() for r in res["records"]]
         if res["next_offset"] >= res["high_watermark"] or not res["records"]:

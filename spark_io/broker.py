@@ -61,17 +61,25 @@ class PartitionState:
         return self.last_stable_offset if isolation == READ_COMMITTED else self.high_watermark
 
 
+_REPLICA_RETRY_S = 5.0  # how long a partition is read from its leader after a failed follower read
+
+
 def retry_delay(attempt: int) -> float:
     """Exponential backoff with jitter: 50 ms doubling to 1 s."""
     return float(min(1.0, 0.05 * 2**attempt)) * (0.5 + random.random() / 2)
 
 
 class BrokerClient:
-    def __init__(self, bootstrap: str | Sequence[str], *, request_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, bootstrap: str | Sequence[str], *, request_timeout_s: float = 30.0, read_replica: str = "leader"
+    ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.timeout = request_timeout_s
+        self.read_replica = read_replica  # "any": fetch from a replica among the bootstrap URLs (follower read)
         self._known: list[str] = list(self.bootstrap)
         self._leaders: dict[TP, str | None] = {}
+        self._replica_urls: dict[TP, list[str]] = {}
+        self._leader_only_until: dict[TP, float] = {}  # follower reads that failed: from the leader until then
         self._partition_counts: dict[str, int] = {}
         self._max_message_bytes: dict[str, int] = {}
 
@@ -111,14 +119,16 @@ class BrokerClient:
     def metadata(self, topics: Iterable[str] | None = None) -> dict[str, Any]:
         query = "" if topics is None else "?topics=" + ",".join(quote(t, safe="") for t in topics)
         meta: dict[str, Any] = self._any_node("GET", "/v1/metadata" + query)
-        urls = [n["url"].rstrip("/") for n in meta.get("nodes", []) if n.get("url")]
-        self._known = list(dict.fromkeys([*self.bootstrap, *urls]))
+        node_urls = {int(n["id"]): n["url"].rstrip("/") for n in meta.get("nodes", []) if n.get("url")}
+        self._known = list(dict.fromkeys([*self.bootstrap, *node_urls.values()]))
         for t in meta.get("topics", []):
             self._partition_counts[t["name"]] = len(t["partitions"])
             limit = (t.get("config") or {}).get("max.message.bytes", DEFAULT_MAX_MESSAGE_BYTES)
             self._max_message_bytes[t["name"]] = int(limit)
             for p in t["partitions"]:
-                self._leaders[(t["name"], int(p["partition"]))] = p.get("leader_url")
+                tp = (t["name"], int(p["partition"]))
+                self._leaders[tp] = p.get("leader_url")
+                self._replica_urls[tp] = [node_urls[r] for r in p.get("replicas", []) if r in node_urls]
         return meta
 
     def topic_names(self) -> list[str]:
@@ -203,17 +213,38 @@ class BrokerClient:
 
     # ---- fetch -------------------------------------------------------------------------------------
 
+    def fetch_url(self, tp: TP) -> str:
+        """Where a fetch of ``tp`` goes: its leader; with ``read_replica="any"`` a replica among the bootstrap
+        URLs when there is one (and no follower read of ``tp`` failed in the last ``_REPLICA_RETRY_S``)."""
+        if self.read_replica == "any" and time.monotonic() >= self._leader_only_until.get(tp, 0.0):
+            if tp not in self._replica_urls:
+                self.metadata([tp[0]])
+            replicas = self._replica_urls.get(tp, [])
+            for url in self.bootstrap:
+                if url in replicas:
+                    return url
+        return self.leader_url(tp)
+
     def fetch(self, tp: TP, offset: int, *, max_bytes: int, isolation: str, max_wait_ms: int = 0) -> FetchBatches:
-        """One binary fetch from the leader of ``tp`` (no retry: callers decide, see ``read_range``)."""
+        """One binary fetch from the leader of ``tp``, or per ``fetch_url`` (no retry: callers decide, see
+        ``read_range``). A node that does not lead ``tp`` answers ``NOT_LEADER_OR_FOLLOWER``: the leader is
+        looked up again for the next call."""
         url = (
-            f"{self.leader_url(tp)}/v1/topics/{quote(tp[0], safe='')}/partitions/{tp[1]}/records"
+            f"{self.fetch_url(tp)}/v1/topics/{quote(tp[0], safe='')}/partitions/{tp[1]}/records"
             f"?offset={offset}&max_bytes={max_bytes}&max_wait_ms={max_wait_ms}&isolation={isolation}&format=binary"
         )
+        if self.read_replica == "any":
+            url += "&read_replica=any"
         try:
             ctype, data = _http.request("GET", url, timeout=self.timeout + max_wait_ms / 1000)
         except BrokerError as exc:
             if exc.error_code in _STALE_METADATA:
                 self._leaders.pop(tp, None)
+                hint = exc.extra.get("leader_url")
+                if exc.error_code is ErrorCode.NOT_LEADER_OR_FOLLOWER and isinstance(hint, str) and hint:
+                    self._leaders[tp] = hint  # the answering node's word on the new leader
+            if self.read_replica == "any" and exc.retriable:
+                self._leader_only_until[tp] = time.monotonic() + _REPLICA_RETRY_S
             raise
         if not ctype.startswith(BATCHES_CONTENT_TYPE):
             raise BrokerError(ErrorCode.CORRUPT_MESSAGE, f"unexpected fetch answer type {ctype!r}")

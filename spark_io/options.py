@@ -186,6 +186,7 @@ class ReaderOptions:
     poll_timeout_ms: int
     request_timeout_ms: int
     group_id: str | None
+    read_replica: str = "leader"
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any], *, streaming: bool) -> ReaderOptions:
@@ -208,6 +209,9 @@ class ReaderOptions:
         isolation = (o.get("isolation.level", "kafka.isolation.level", "isolationLevel") or "read_committed").lower()
         if isolation not in ("read_committed", "read_uncommitted"):
             raise bad("isolation.level", "must be read_committed or read_uncommitted")
+        read_replica = (o.get("readReplica") or "leader").lower()
+        if read_replica not in ("leader", "any"):
+            raise bad("readReplica", "must be leader or any")
         max_t = o.optional_integer("maxOffsetsPerTrigger", lo=1)
         min_t = o.optional_integer("minOffsetsPerTrigger", lo=1)
         if max_t is not None and min_t is not None and min_t > max_t:
@@ -230,6 +234,7 @@ class ReaderOptions:
             poll_timeout_ms=o.integer("pollTimeoutMs", o.integer("kafkaConsumer.pollTimeoutMs", 120_000, lo=1), lo=1),
             request_timeout_ms=o.integer("requestTimeoutMs", 30_000, lo=100),
             group_id=o.get("groupId", "kafka.group.id"),
+            read_replica=read_replica,
         )
 
 

@@ -3,10 +3,13 @@
 ``partitions()`` runs in a planner process on the driver: it resolves the
 topics and the start/end offsets (from the partition leaders) and returns
 ``RangePartition``s. ``read()`` runs in an executor: it fetches the range with
-binary fetches from the partition leader and yields one ``RecordBatch`` per
-fetch. Everything ``read()`` needs travels inside its ``RangePartition``
-(PySpark pickles the reader before ``partitions()`` runs, so state set there
-never reaches executors).
+binary fetches from the partition leader (following it when it moves: a node
+that no longer leads answers ``NOT_LEADER_OR_FOLLOWER`` and the fetch is
+retried at the new leader), or with ``readReplica=any`` from a replica among
+the bootstrap URLs, and yields one ``RecordBatch`` per fetch. Everything
+``read()`` needs travels inside its ``RangePartition`` (PySpark pickles the
+reader before ``partitions()`` runs, so state set there never reaches
+executors).
 
 Exactly-once on the read side comes from determinism: under read_committed a
 range [start, end) below the last stable offset always yields the same
@@ -31,6 +34,7 @@ from pyspark.sql.types import StructType
 from clients.protocol import BrokerError, ErrorCode, FetchBatches
 from clients.txn_filter import visible_batches
 
+from . import _http
 from .arrow_records import RecordBatchBuilder
 from .broker import READ_COMMITTED, BrokerClient, retry_delay
 from .options import ReaderOptions
@@ -50,11 +54,12 @@ class ReadSettings:
     fetch_max_bytes: int
     poll_timeout_ms: int
     request_timeout_ms: int
+    read_replica: str = "leader"
 
     @classmethod
     def of(cls, o: ReaderOptions) -> ReadSettings:
         return cls(o.bootstrap, o.isolation, o.fail_on_data_loss, o.fetch_max_bytes, o.poll_timeout_ms,
-                   o.request_timeout_ms)  # fmt: skip
+                   o.request_timeout_ms, o.read_replica)  # fmt: skip
 
 
 class RangePartition(InputPartition):
@@ -126,6 +131,8 @@ class _Prefetcher:
             self._put(None)
         except BaseException as exc:  # handed to the task thread, which raises it
             self._put(exc)
+        finally:
+            _http.close_all()  # this thread's keep-alive connections end with it
 
     def _next(self, pos: int) -> tuple[FetchBatches | None, int]:
         """One fetch at ``pos`` with retries; returns the answer and the next fetch offset."""
@@ -181,7 +188,7 @@ def read_range(rng: OffsetRange, s: ReadSettings, schema: pa.Schema) -> Iterator
     """The visible records of ``rng`` as record batches (one per fetch), in offset order."""
     if rng.end <= rng.start:
         return
-    client = BrokerClient(s.bootstrap, request_timeout_s=s.request_timeout_ms / 1000)
+    client = BrokerClient(s.bootstrap, request_timeout_s=s.request_timeout_ms / 1000, read_replica=s.read_replica)
     prefetch = _Prefetcher(client, rng, s)
     try:
         for pos, fetched in prefetch:

@@ -14,6 +14,13 @@ at or ahead of the position by what is buffered. ``seek`` moves the position,
 drops the buffer and restarts the task (its *generation* changes, so a result
 of the old task can never be delivered).
 
+Where: the partition leader by default (a node that does not lead the
+partition answers ``NOT_LEADER_OR_FOLLOWER`` with the leader's URL, which the
+next fetch follows). With ``read_replica="any"`` (a follower read) the fetch
+goes to a replica among the bootstrap URLs (the first listed that holds one:
+the local node), else to the leader; after a failed follower read the
+partition reads from its leader for ``REPLICA_RETRY_S``.
+
 Errors: retriable ones (leader moved, node down, timeouts) refresh metadata
 and retry after ``retry_backoff_ms``, invisibly to the caller.
 ``OFFSET_OUT_OF_RANGE`` applies ``auto_offset_reset``, except when the fetch
@@ -46,6 +53,8 @@ from ._session import HttpSession
 log = logging.getLogger(__name__)
 
 MAX_BUFFERED_FETCHES = 2
+READ_REPLICAS = ("leader", "any")
+REPLICA_RETRY_S = 5.0  # how long a partition reads from its leader after a failed follower read
 
 
 class OffsetResetStrategy(enum.Enum):
@@ -87,6 +96,7 @@ class PartitionState:
     task: asyncio.Task[None] | None = None
     space: asyncio.Event = field(default_factory=asyncio.Event)
     resolving: asyncio.Lock = field(default_factory=asyncio.Lock)
+    leader_only_until: float = 0.0  # read_replica="any": read from the leader until then (loop time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +110,7 @@ class FetchConfig:
     retry_backoff_ms: int
     key_deserializer: Deserializer | None
     value_deserializer: Deserializer | None
+    read_replica: str = "leader"
 
 
 class Fetcher:
@@ -285,11 +296,13 @@ class Fetcher:
     async def _fetch(self, st: PartitionState, offset: int) -> DecodedFetch:
         cfg = self._config
         topic, partition = st.tp
-        url = await self._metadata.leader_url(topic, partition)
+        url = await self._fetch_url(st)
         query = (
             f"offset={offset}&max_bytes={cfg.max_partition_fetch_bytes}&max_wait_ms={cfg.fetch_max_wait_ms}"
             f"&isolation={cfg.isolation_level}&format=binary"
         )
+        if cfg.read_replica == "any":
+            query += "&read_replica=any"
         path = f"/v1/topics/{quote(topic, safe='')}/partitions/{partition}/records?{query}"
         timeout = (cfg.request_timeout_ms + cfg.fetch_max_wait_ms) / 1000
         ctype, raw = await self._session.request("GET", url + path, timeout=timeout)
@@ -306,11 +319,24 @@ class Fetcher:
         st.max_seen_hw = max(st.max_seen_hw, batches.high_watermark)
         return fetched
 
+    async def _fetch_url(self, st: PartitionState) -> str:
+        """The partition leader's URL; a replica's among the bootstrap URLs for a follower read."""
+        topic, partition = st.tp
+        if self._config.read_replica == "any" and asyncio.get_running_loop().time() >= st.leader_only_until:
+            info = await self._metadata.partition(topic, partition)
+            urls = {self._metadata.node_url(r) for r in info.replicas}
+            for url in self._metadata.bootstrap:
+                if url in urls:
+                    return url
+        return await self._metadata.leader_url(topic, partition)
+
     async def _on_error(self, st: PartitionState, offset: int, exc: BrokerError) -> int:
         """Handle a failed fetch at ``offset``; return the offset to fetch next."""
         topic, partition = st.tp
         backoff = self._config.retry_backoff_ms / 1000
         code = exc.error_code
+        if self._config.read_replica == "any" and (exc.retriable or code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+            st.leader_only_until = asyncio.get_running_loop().time() + REPLICA_RETRY_S
         if code is ErrorCode.OFFSET_OUT_OF_RANGE:
             hw = exc.extra.get("high_watermark")
             if isinstance(hw, int) and hw < offset <= st.max_seen_hw:

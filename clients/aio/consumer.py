@@ -7,10 +7,12 @@ per partition and never returns a record twice or skips one unless the
 application seeks; the position only moves past a record once ``poll`` has
 returned it.
 
-Followers serve fetches too (committed data only, a little behind the
-leader), so a leader that moves away is not reported by the fetch; the
-metadata is re-read every ``metadata_max_age_ms`` (5 s, not Kafka's 5 min)
-so reads return to the current leader soon after a leadership transfer.
+Fetches go to the partition leader: a node that no longer leads answers
+``NOT_LEADER_OR_FOLLOWER`` with the new leader's URL, and the next fetch goes
+there. ``read_replica="any"`` opts in to follower reads (KIP-392): a replica
+among the bootstrap URLs serves its own committed copy, a little behind the
+leader. The metadata is re-read every ``metadata_max_age_ms`` (5 s, not
+Kafka's 5 min).
 
 Consumer groups: with ``group_id``, ``subscribe`` makes the consumer a group
 member (``_group.ConsumerCoordinator``); ``poll`` drives the membership --
@@ -41,7 +43,7 @@ from typing import Any
 from .._fetch_decode import ISOLATION_LEVELS, READ_COMMITTED, Deserializer
 from ..protocol import BrokerError, ErrorCode
 from ..records import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
-from ._fetcher import FetchConfig, Fetcher, OffsetResetStrategy, PartitionState
+from ._fetcher import READ_REPLICAS, FetchConfig, Fetcher, OffsetResetStrategy, PartitionState
 from ._group import ConsumerCoordinator, ConsumerRebalanceListener, GroupConfig, MemberState
 from ._metadata import MetadataCache
 from ._session import HttpSession
@@ -111,7 +113,12 @@ class AsyncConsumer:
         consumer_timeout_ms: float | None = None,
         key_deserializer: Deserializer | None = None,
         value_deserializer: Deserializer | None = None,
+        read_replica: str = "leader",
     ) -> None:
+        if read_replica not in READ_REPLICAS:
+            raise BrokerError(
+                ErrorCode.INVALID_CONFIG, f"read_replica must be one of {READ_REPLICAS}, not {read_replica!r}"
+            )
         if isolation_level not in ISOLATION_LEVELS:
             raise BrokerError(
                 ErrorCode.INVALID_CONFIG, f"isolation_level must be one of {ISOLATION_LEVELS}, not {isolation_level!r}"
@@ -155,6 +162,7 @@ class AsyncConsumer:
                 retry_backoff_ms=retry_backoff_ms,
                 key_deserializer=key_deserializer,
                 value_deserializer=value_deserializer,
+                read_replica=read_replica,
             ),
         )
         self._coordinator: ConsumerCoordinator | None = None

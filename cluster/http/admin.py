@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -30,13 +32,21 @@ class AdminRoutes:
     async def livez(self, _request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
-    async def readyz(self, _request: web.Request) -> web.Response:
+    async def readyz(self, request: web.Request) -> web.Response:
+        """200 once the node serves requests (``Node.is_ready``), else 503; ``?verbose`` lists what is missing."""
         node = self.s.node
-        checks = {"controller_leader_known": self.s.controller.leader_id() is not None, "draining": node.draining}
-        if node.is_ready():
-            return web.json_response({"status": "ready", "checks": checks})
-        status = "draining" if node.draining else "booting"
-        return web.json_response({"status": status, "checks": checks}, status=503)
+        missing = node.missing_groups()
+        checks = {
+            "controller_leader_known": self.s.controller.leader_known(),
+            "internal_groups_led": not missing,
+            "draining": node.draining,
+        }
+        ready = node.is_ready()
+        body: dict[str, Any] = {"status": "ready" if ready else "draining" if node.draining else "booting"}
+        body["checks"] = checks
+        if "verbose" in request.query:
+            body["missing_groups"] = missing
+        return web.json_response(body, status=200 if ready else 503)
 
     async def metrics(self, _request: web.Request) -> web.Response:
         body = generate_latest(self.s.metrics.registry)

@@ -107,7 +107,9 @@ def _base_document() -> dict[str, Any]:
             "/livez": {"get": {"summary": "200 while the process runs", "responses": _resp("alive", errors=())}},
             "/readyz": {
                 "get": {
-                    "summary": "200 when serving (controller leader known), else 503",
+                    "summary": "200 when serving (controller leader known, every internal group replicated here "
+                    "has a ready leader), else 503; ?verbose adds missing_groups",
+                    "parameters": [q("verbose", _STR, desc="present: list what is missing (missing_groups)")],
                     "responses": _resp("ready", errors=(503,)),
                 }
             },
@@ -223,6 +225,14 @@ def _base_document() -> dict[str, Any]:
                             desc="json: server-filtered records; batches: FetchResponse v4 shape; binary: "
                             "application/x-txbroker-batches for the Python client",
                         ),
+                        q(
+                            "read_replica",
+                            {"enum": ["leader", "any"]},
+                            desc="leader (default): only the partition's leader answers, else 421 "
+                            "NOT_LEADER_OR_FOLLOWER with leader_url; any: a follower read, any replica answers "
+                            "from its own committed copy (served_by, replica_end_offset; binary answers carry "
+                            "them as X-Txbroker-Served-By and X-Txbroker-Replica-End-Offset headers)",
+                        ),
                     ],
                     "responses": _resp(
                         "records",
@@ -233,6 +243,15 @@ def _base_document() -> dict[str, Any]:
                                 "log_start_offset": _INT,
                                 "records": {"type": "array", "items": _RECORD_OUT},
                                 "next_offset": _INT,
+                                "served_by": {
+                                    "type": "integer",
+                                    "description": "read_replica=any: the node whose replica answered",
+                                },
+                                "replica_end_offset": {
+                                    "type": "integer",
+                                    "description": "read_replica=any: the end of that replica's committed copy; "
+                                    "high_watermark (the leader's as last known to that replica) may be above it",
+                                },
                             }
                         ),
                         errors=(400, 404, 421),

@@ -23,13 +23,23 @@ from clients.protocol import (
 )
 from clients.txn_filter import visible_records
 
-from ..partitions import READ_COMMITTED, READ_UNCOMMITTED, PartitionProduceResult
+from ..partitions import (
+    READ_COMMITTED,
+    READ_REPLICA_ANY,
+    READ_REPLICA_LEADER,
+    READ_UNCOMMITTED,
+    PartitionProduceResult,
+)
 from . import parsing
 from .forwarding import Forwarder, forwarded
 from .services import Services
 from .transactions import TxnRoutes
 
 __all__ = ["RecordRoutes", "produce_response"]
+
+# A binary fetch answer carries a follower read's extra fields as headers (the JSON forms: as fields).
+SERVED_BY_HEADER = "X-Txbroker-Served-By"
+REPLICA_END_HEADER = "X-Txbroker-Replica-End-Offset"
 
 
 def produce_response(results: list[PartitionProduceResult]) -> web.Response:
@@ -133,7 +143,10 @@ class RecordRoutes:
         fmt = q.get("format", "json")
         if fmt not in ("json", "batches", "binary"):
             raise BrokerError(ErrorCode.INVALID_REQUEST, "format must be json, batches or binary")
-        res = await self.s.partitions.fetch(topic, partition, offset, max_bytes, max_wait, isolation)
+        read_replica = q.get("read_replica", READ_REPLICA_LEADER)
+        if read_replica not in (READ_REPLICA_LEADER, READ_REPLICA_ANY):
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "read_replica must be leader or any")
+        res = await self.s.partitions.fetch(topic, partition, offset, max_bytes, max_wait, isolation, read_replica)
         if fmt == "binary":
             body = encode_fetch_batches(
                 res.high_watermark,
@@ -142,7 +155,10 @@ class RecordRoutes:
                 [(b.base_offset, b.log_append_time, b.data) for b in res.batches],
                 res.aborted_transactions,
             )
-            return web.Response(body=body, content_type=BATCHES_CONTENT_TYPE)
+            headers = {}
+            if res.served_by is not None:
+                headers = {SERVED_BY_HEADER: str(res.served_by), REPLICA_END_HEADER: str(res.replica_end_offset)}
+            return web.Response(body=body, content_type=BATCHES_CONTENT_TYPE, headers=headers)
         out: dict[str, Any] = {
             "topic": topic,
             "partition": partition,
@@ -150,6 +166,9 @@ class RecordRoutes:
             "last_stable_offset": res.last_stable_offset,
             "log_start_offset": res.log_start_offset,
         }
+        if res.served_by is not None:
+            out["served_by"] = res.served_by
+            out["replica_end_offset"] = res.replica_end_offset
         if fmt == "batches":
             out["aborted_transactions"] = [{"producer_id": p, "first_offset": f} for p, f in res.aborted_transactions]
             out["batches"] = [_batch_json(b) for b in res.batches]

@@ -23,6 +23,10 @@ class Readiness(Protocol):
 
     def is_ready(self) -> bool: ...
 
+    def missing_groups(self) -> list[dict[str, Any]]:
+        """The internal groups replicated here without a ready leader (what ``/readyz?verbose`` lists)."""
+        ...
+
     def internal_state_json(self) -> dict[str, Any]:
         """This node's view of its Raft groups, for ``/v1/internal/state`` (peers read it)."""
         ...

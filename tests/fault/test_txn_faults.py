@@ -86,7 +86,7 @@ class VisibilityWatch:
                     continue
                 node = nodes[self.snapshots % len(nodes)]
                 try:
-                    values = [v for _, v in http_read(self.c.url(node), tp[0], tp[1])]
+                    values = [v for _, v in http_read(self.c.url(node), tp[0], tp[1], read_replica="any")]
                 except (OSError, AssertionError):
                     continue  # the node died or is not serving this partition yet
                 self._check(node, tp, values)
@@ -212,12 +212,14 @@ def test_coordinator_sigkill_right_after_end_txn_answered_completes_on_the_new_l
             # write's commit index reaches followers with the next write, or within 20 ms), so poll, briefly.
             want = [(f.result().offset, v) for v, f in sent[tp]]
             url = c.url(y if tp[0] == "fk" else x)
-            wait_for(lambda url=url, tp=tp, want=want: http_read(url, *tp) == want, 10, f"{tp} complete on {url}")
+            wait_for(lambda url=url, tp=tp, want=want: http_read(url, *tp, read_replica="any") == want, 10,
+                     f"{tp} complete on {url}")  # fmt: skip
         # And the producer goes on with the identity EndTxn handed back
         p.begin_transaction()
         nxt = p.send("fk", value=b"after", partition=0)
         p.commit_transaction(timeout=60)
-        wait_for(lambda: (nxt.result().offset, b"after") in http_read(c.url(y), "fk", 0), 30, "the next commit")
+        wait_for(lambda: (nxt.result().offset, b"after") in http_read(c.url(y), "fk", 0, read_replica="any"), 30,
+                 "the next commit")  # fmt: skip
     finally:
         p.close(5)
 
@@ -351,7 +353,8 @@ def test_partition_leader_sigkill_while_markers_are_in_flight_shows_no_partial_t
         c.start_node(x)
         c.wait_ready([x])
         for tp in tps:
-            wait_for(lambda tp=tp: http_read(c.url(x), *tp) == expected[tp], 60, f"{tp} on the restarted node")
+            wait_for(lambda tp=tp: http_read(c.url(x), *tp, read_replica="any") == expected[tp], 60,
+                     f"{tp} on the restarted node")  # fmt: skip
     finally:
         p.close(5)
 

@@ -905,9 +905,14 @@ def path_cases() -> list[Case]:
         ("offset 2**70", f"offset={2**70}", "INVALID_REQUEST"),
         ("offset 5000 digits", "offset=" + "9" * 5000, "INVALID_REQUEST"),
         ("offset NaN", "offset=NaN", "INVALID_REQUEST"),
-        ("offset beyond hw", f"offset={SEEDED + 1}", "OFFSET_OUT_OF_RANGE"),
-        ("offset far beyond hw", f"offset={2**63 - 1}", "OFFSET_OUT_OF_RANGE"),
-        ("offset beyond hw long poll", f"offset={SEEDED + 5}&max_wait_ms=10000", "OFFSET_OUT_OF_RANGE"),
+        # a follower read: every node holds a replica and answers itself (a leader read: 421 at the others)
+        ("offset beyond hw", f"offset={SEEDED + 1}&read_replica=any", "OFFSET_OUT_OF_RANGE"),
+        ("offset far beyond hw", f"offset={2**63 - 1}&read_replica=any", "OFFSET_OUT_OF_RANGE"),
+        (
+            "offset beyond hw long poll",
+            f"offset={SEEDED + 5}&max_wait_ms=10000&read_replica=any",
+            "OFFSET_OUT_OF_RANGE",
+        ),
         ("max_bytes 0", "offset=0&max_bytes=0", "INVALID_REQUEST"),
         ("max_bytes -1", "offset=0&max_bytes=-1", "INVALID_REQUEST"),
         ("max_bytes 2**70", f"offset=0&max_bytes={2**70}", "INVALID_REQUEST"),
@@ -922,7 +927,11 @@ def path_cases() -> list[Case]:
         ("format empty", "offset=0&format=", "INVALID_REQUEST"),
         ("format unicode", "offset=0&format=" + q("b\u00e4tches"), "INVALID_REQUEST"),
         ("format + bad offset", "offset=-5&format=batches", "INVALID_REQUEST"),
-        ("binary + beyond hw", f"offset={SEEDED + 3}&format=binary", "OFFSET_OUT_OF_RANGE"),
+        ("binary + beyond hw", f"offset={SEEDED + 3}&format=binary&read_replica=any", "OFFSET_OUT_OF_RANGE"),
+        ("read_replica follower", "offset=0&read_replica=follower", "INVALID_REQUEST"),
+        ("read_replica empty", "offset=0&read_replica=", "INVALID_REQUEST"),
+        ("read_replica upper", "offset=0&read_replica=ANY", "INVALID_REQUEST"),
+        ("read_replica + beyond hw", f"offset={SEEDED + 1}&read_replica=x", "INVALID_REQUEST"),
     ]
     for i, (n, qs, c) in enumerate(params):
         cases.append(Case(f"fetch {n}", "GET", f"{fetch}/0/records?{qs}", node=1 + i % 3, code=c))
@@ -1161,7 +1170,7 @@ def test_api_specific_error_codes(env: Env) -> None:
         Case(
             "beyond hw",
             "GET",
-            f"/v1/topics/{TOPIC}/partitions/1/records?offset={SEEDED + 1}",
+            f"/v1/topics/{TOPIC}/partitions/1/records?offset={SEEDED + 1}&read_replica=any",
             node=3,
             status=400,
             code="OFFSET_OUT_OF_RANGE",
@@ -1172,7 +1181,7 @@ def test_api_specific_error_codes(env: Env) -> None:
     r = send("POST", url + "/v1/topics", jdump({"name": "..", "partitions": 1}))
     assert r.body["error_code"] in ("INVALID_TOPIC", "INVALID_TOPIC_EXCEPTION"), r.body
     # offset == high watermark is not an error: no records
-    r = send("GET", url + f"/v1/topics/{TOPIC}/partitions/1/records?offset={SEEDED}")
+    r = send("GET", url + f"/v1/topics/{TOPIC}/partitions/1/records?offset={SEEDED}&read_replica=any")
     assert r.status == 200 and r.body["records"] == [], r
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.cluster import REPO, LocalCluster
+from tests.support.cluster import REPO, LocalCluster, samples, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -64,6 +64,28 @@ def test_one_partition_keeps_the_line_order_and_stops_when_idle(cluster):
     assert (res.returncode, res.stdout) == (0, b"")
     res = txbroker("consume", "cli-order", "--bootstrap", cluster.url(1), "--from-beginning", "--max", "3")
     assert res.stdout.split(b"\n")[:-1] == lines[:3]
+
+
+def test_consume_from_a_follower_replica(cluster):
+    cluster.create_topic("cli-follower", partitions=1, rf=3)
+    lines = [f"f{i}".encode() for i in range(300)]
+    res = txbroker("produce", "cli-follower", "--bootstrap", cluster.url(1), stdin=b"\n".join(lines) + b"\n")
+    assert res.returncode == 0, res.stderr
+    leader = cluster.wait_leaders("cli-follower", 1)[0]
+    follower = next(n for n in (1, 2, 3) if n != leader)
+    wait_for(lambda: cluster.partition_meta("cli-follower", 0, follower)["high_watermark"] == 300, 10, "caught up")
+    before = fetched(cluster, follower, "cli-follower")
+    res = txbroker("consume", "cli-follower", "--bootstrap", cluster.url(follower), "--from-beginning",
+                   "--read-replica", "any", "--max", "300")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split(b"\n")[:-1] == lines
+    assert fetched(cluster, follower, "cli-follower") - before >= 300  # the follower's replica answered
+    res = txbroker("consume", "cli-follower", "--bootstrap", cluster.url(1), "--read-replica", "nearest")
+    assert res.returncode != 0 and b"--read-replica" in res.stderr
+
+
+def fetched(c: LocalCluster, node: int, topic: str) -> float:
+    return sum(v for labels, v in samples(c.url(node), "txbroker_records_fetched_total") if labels["topic"] == topic)
 
 
 def test_consume_without_from_beginning_starts_at_the_end(cluster):

@@ -51,8 +51,10 @@ def test_health_and_status_follow_a_node_failure(make_cluster: Callable[..., Loc
     def unhealthy() -> dict[str, object] | None:
         res = txbroker("cluster", "health", "--format", "json", *boot)
         report = json.loads(res.stdout)
-        # both partitions, once the one node 3 led has a new leader
-        return report if res.returncode == 10 and report["under_replicated"] == {"orders": 2} else None
+        # both partitions, once the one node 3 led has a new leader; the other nodes are ready again once the
+        # internal groups node 3 led have ready leaders
+        settled = report["under_replicated"] == {"orders": 2} and report["nodes_down"] == [3]
+        return report if res.returncode == 10 and settled else None
 
     report = wait_for(unhealthy, 30, "health exit 10 with 2 under-replicated partitions", interval=0.5)
     assert report["nodes_down"] == [3] and report["healthy"] is False

@@ -83,8 +83,11 @@ class TxnWriter:
 
 
 def fetch(c: LocalCluster, topic: str, p: int, isolation: str, fmt: str = "json", via: int | None = None) -> Any:
+    """Partition ``p`` from offset 0: a leader read, or ``via``'s own copy (a follower read)."""
     node = via if via is not None else c.wait_leaders(topic, p + 1)[p]
     url = f"/v1/topics/{topic}/partitions/{p}/records?offset=0&isolation={isolation}&format={fmt}"
+    if via is not None:
+        url += "&read_replica=any"
     return _ok(*http("GET", c.url(node) + url), url)
 
 

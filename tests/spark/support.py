@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import time
 from typing import Any
 
 from tests.support.cluster import LocalCluster, http, wait_for
@@ -12,12 +13,17 @@ def committed_records(c: LocalCluster, topic: str, partitions: int, via: int = 1
     """(partition, offset, value) of every record a read_committed consumer sees, from each leader."""
     out: list[tuple[int, int, bytes]] = []
     for p in range(partitions):
-        leader = c.wait_leaders(topic, partitions)[p]
+        base = c.url(c.wait_leaders(topic, partitions)[p])
         offset = 0
+        deadline = time.monotonic() + 30
         while True:
-            url = (f"{c.url(leader)}/v1/topics/{topic}/partitions/{p}/records"
+            url = (f"{base}/v1/topics/{topic}/partitions/{p}/records"
                    f"?offset={offset}&max_bytes=4194304&isolation=read_committed")  # fmt: skip
             status, res = http("GET", url)
+            if status == 421 and time.monotonic() < deadline:  # leadership moved: follow it
+                base = res.get("leader_url") or base
+                time.sleep(0.05)  # polling interval while leadership settles, bounded by the deadline
+                continue
             assert status == 200, res
             out.extend((p, r["offset"], base64.b64decode(r["value"])) for r in res["records"])
             if res["next_offset"] >= res["last_stable_offset"] or res["next_offset"] == offset:

@@ -62,6 +62,9 @@ def test_reader_options_parse_like_kafka():
     assert s.assign == (("t", 0), ("t", 1))
     assert s.starting == OffsetSpec("timestamp", timestamp=7)
     assert (s.max_trigger_delay_ms, s.isolation) == (2000, "read_uncommitted")
+    assert (o.read_replica, s.read_replica) == ("leader", "leader")
+    r = ReaderOptions.parse({"bootstrap": "http://a:1", "topic": "t", "readReplica": "Any"}, streaming=False)
+    assert r.read_replica == "any"
     assert ReaderOptions.parse({"bootstrap": "http://a:1", "topic": "t"}, streaming=True).starting.kind == "latest"
 
 
@@ -75,6 +78,7 @@ def test_reader_options_parse_like_kafka():
         ({"bootstrap": "http://a:1", "subscribe": "t", "endingOffsets": "earliest"}, "earliest"),
         ({"bootstrap": "http://a:1", "subscribe": "t", "isolation.level": "dirty"}, "read_committed"),
         ({"bootstrap": "http://a:1", "subscribe": "t", "minPartitions": "zero"}, "integer"),
+        ({"bootstrap": "http://a:1", "subscribe": "t", "readReplica": "follower"}, "readReplica"),
         (
             {"bootstrap": "http://a:1", "subscribe": "t", "maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "9"},
             "more",

@@ -24,19 +24,33 @@ from clients.records import TopicPartition
 from .cluster import LocalCluster, http, wait_for
 
 
-def fetch_page(url: str, topic: str, partition: int, offset: int, isolation: str) -> dict[str, Any]:
-    path = f"/v1/topics/{topic}/partitions/{partition}/records?offset={offset}&isolation={isolation}&max_bytes=1048576"
-    status, body = http("GET", url + path, timeout=10)
+def fetch_page(
+    url: str, topic: str, partition: int, offset: int, isolation: str, read_replica: str = "leader"
+) -> dict[str, Any]:
+    """One fetch page. A leader read asked of a node that does not lead (any more) follows its ``leader_url``
+    (for a few seconds, while leadership settles); ``read_replica="any"``: that node's own copy."""
+    path = (f"/v1/topics/{topic}/partitions/{partition}/records?offset={offset}&isolation={isolation}"
+            f"&max_bytes=1048576&read_replica={read_replica}")  # fmt: skip
+    deadline = time.monotonic() + 10
+    while True:
+        status, body = http("GET", url + path, timeout=10)
+        if status != 421 or time.monotonic() > deadline:
+            break
+        url = body.get("leader_url") or url
+        time.sleep(0.05)  # polling interval while leadership settles, bounded by the deadline
     assert status == 200, (path, status, body)
     return dict(body)
 
 
-def http_read(url: str, topic: str, partition: int, isolation: str = "read_committed") -> list[tuple[int, bytes]]:
-    """Every record the server returns to ``isolation`` from offset 0, asking the node at ``url``."""
+def http_read(
+    url: str, topic: str, partition: int, isolation: str = "read_committed", read_replica: str = "leader"
+) -> list[tuple[int, bytes]]:
+    """Every record the server returns to ``isolation`` from offset 0, asking the node at ``url`` (its leader
+    read follows the partition's leader; ``read_replica="any"``: the node's own copy)."""
     out: list[tuple[int, bytes]] = []
     offset = 0
     for _ in range(100_000):
-        body = fetch_page(url, topic, partition, offset, isolation)
+        body = fetch_page(url, topic, partition, offset, isolation, read_replica)
         out.extend((r["offset"], base64.b64decode(r["value"])) for r in body["records"])
         end = body["last_stable_offset"] if isolation == "read_committed" else body["high_watermark"]
         nxt = int(body["next_offset"])

@@ -113,7 +113,8 @@ def read_partition(
     while True:
         status, res = http(
             "GET",
-            f"{cluster.url(via)}/v1/topics/{topic}/partitions/{partition}/records?offset={offset}&max_bytes=4194304",
+            f"{cluster.url(via)}/v1/topics/{topic}/partitions/{partition}/records"
+            f"?offset={offset}&max_bytes=4194304&read_replica=any",
         )
         assert status == 200, res
         for r in res["records"]:

@@ -42,7 +42,8 @@ ALLOWED: dict[str, set[str]] = {
 #: cluster/'s layers, lowest first: (layer name, module name patterns relative to ``cluster.``).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("infrastructure", ("background", "config", "topics", "controller", "replicas", "internal_groups", "peers",
-                        "metrics", "sequencer", "producer_ids", "seams", "prometheus_config", "deadline")),
+                        "metrics", "sequencer", "producer_ids", "seams", "prometheus_config", "deadline",
+                        "readiness")),
     ("services", ("controller_service", "partitions", "routed_produce", "group_service", "txn", "txn.*")),
     ("http", ("http", "http.*")),
     ("process", ("node", "cli", "__main__", "health", "client_commands", "copier")),
