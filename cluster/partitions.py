@@ -384,9 +384,11 @@ class PartitionService:
     ) -> FetchResult:  # fmt: skip
         """Records from ``offset``, per API.md "Fetch".
 
-        ``read_replica="leader"``: only the ready leader answers (else ``NOT_LEADER_OR_FOLLOWER`` with the
-        leader's URL), so ``high_watermark`` is never below what the partition acknowledged before the
-        request arrived; a long-poll that loses leadership ends at once with that error.
+        ``read_replica="leader"``: only the ready leader that holds its lease (a majority answered it
+        within ``raft_check_quorum_s``: a paused or cut-off leader does not) answers, else
+        ``NOT_LEADER_OR_FOLLOWER`` with the leader's URL; so ``high_watermark`` is never below what the
+        partition acknowledged before the request arrived. A long-poll that loses leadership ends at
+        once with that error.
 
         ``read_replica="any"``: any replica answers from its own committed copy, whose end is
         ``replica_end_offset``. Its ``high_watermark`` is the highest high watermark of the leader this
@@ -402,7 +404,7 @@ class PartitionService:
                 raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {partition}")
             rep = self._replicas.get(topic, partition)
             leader_read = read_replica == READ_REPLICA_LEADER
-            if rep is None or (leader_read and not rep.group.is_leader()):
+            if rep is None or (leader_read and not rep.group.holds_lease()):
                 raise self._not_leader(meta, partition)
             plog = rep.log
             wait = min(max_wait_ms, self.config.max_fetch_wait_ms) / 1000
@@ -413,7 +415,7 @@ class PartitionService:
                 return plog.last_stable_offset if read_committed else plog.high_watermark
 
             def lost() -> bool:
-                return leader_read and not rep.group.is_leader()
+                return leader_read and not rep.group.holds_lease()
 
             if offset < plog.log_start_offset or offset > known_hw:
                 raise BrokerError(

@@ -311,6 +311,14 @@ class RaftGroup:
         so = self._so
         return so is not None and not self._destroyed and so._isLeader() and self._ready_term == so.raftCurrentTerm
 
+    def holds_lease(self) -> bool:
+        """Ready leader *and* heard from a majority within ``check_quorum_s``: safe to answer a read.
+
+        A leader that was paused (SIGSTOP) or cut off answers from its own log until the tick that
+        deposes it; by then a newer leader may have acknowledged writes. Reads check this instead."""
+        so = self._so
+        return self.is_leader() and so is not None and so.quorum_heard_within(self._settings.check_quorum_s)
+
     def leader(self) -> str | None:
         """The leader as this node knows it; None while electing, or when a follower has not heard
         from its leader for the maximum election timeout (cut off: whoever leads now, it is not news

@@ -197,6 +197,22 @@ class QuorumGuard:
         patches.set_election_deadline(self, 0.0)
         self._wake_at(now)
 
+    def quorum_heard_within(self, seconds: float) -> bool:
+        """As a leader: did a majority (itself included) answer within ``seconds``? (any thread)
+
+        The lease a leader read needs: a leader that was paused or cut off may not yet have run the
+        tick that deposes it, but its majority has not answered for that long."""
+        others = patches.other_nodes(self)
+        if not others:
+            return True
+        try:
+            answered = dict(patches.last_response_times(self))
+        except RuntimeError:  # resized by the ticker while copied: no verdict, no lease
+            return False
+        now = patches.syncobj_clock()
+        last = (answered.get(node, float("-inf")) for node in others)
+        return has_quorum_contact(now, last, len(others) + 1, seconds)
+
     def leader_heard_within(self, seconds: float) -> bool:
         """As a follower: did the leader's AppendEntries arrive within ``seconds``? (any thread)"""
         contact = self._txb_leader_contact
