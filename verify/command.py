@@ -68,6 +68,17 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--rate", type=float, default=50.0, help="records per second per idempotent producer")
     ap.add_argument("--no-copier", dest="copier", action="store_false", help="do not run the exactly-once copier")
     ap.add_argument("--nodes", type=int, default=3, help="cluster size with --nemesis")
+    ap.add_argument(
+        "--node-checkout",
+        type=Path,
+        metavar="DIR",
+        help="with --nemesis: run the nodes from this checkout of txbroker (to compare two builds)",
+    )
+    ap.add_argument(
+        "--node-python",
+        metavar="PATH",
+        help="with --nemesis: the Python interpreter the nodes run with (default: this one)",
+    )
     ap.add_argument("-v", "--verbose", action="store_true", help="log the clients' retries and errors")
     return ap
 
@@ -88,6 +99,10 @@ def _validate(args: argparse.Namespace) -> str | None:
         return "give --bootstrap URL (existing cluster), --nemesis (namespaced cluster with faults) or --history FILE"
     if args.faults and not args.nemesis:
         return "--faults needs --nemesis"
+    if (args.node_checkout or args.node_python) and not args.nemesis:
+        return "--node-checkout and --node-python need --nemesis"
+    if args.node_checkout is not None and not (args.node_checkout / "cluster" / "__main__.py").is_file():
+        return f"--node-checkout {args.node_checkout} is no txbroker checkout (no cluster/__main__.py)"
     if args.duration <= 0 or args.fault_seconds <= 0 or args.quiet_seconds < 0:
         return "--duration and --fault-seconds must be positive, --quiet-seconds not negative"
     if not 0 <= args.abort_ratio < 1:
@@ -189,7 +204,10 @@ def _with_nemesis(args: argparse.Namespace, history: HistoryWriter, seed: int) -
 
     with tempfile.TemporaryDirectory(prefix="txbroker-verify-") as tmp:
         print(f"starting a {args.nodes}-node namespaced cluster in {tmp}", file=sys.stderr, flush=True)
-        with NamespacedCluster(Path(tmp), nodes=args.nodes) as cluster:
+        nodes = NamespacedCluster(
+            Path(tmp), nodes=args.nodes, python=args.node_python or sys.executable, cwd=args.node_checkout
+        )
+        with nodes as cluster:
             cluster.start()
             workload = Workload(_config(args, list(cluster.urls), seed), history)
             settle = max(1.0, min(5.0, args.quiet_seconds - 0.5))

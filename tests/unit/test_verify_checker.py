@@ -478,6 +478,8 @@ def test_verify_history_command_exit_codes_and_json(tmp_path: Path, capsys: pyte
         ([], "give --bootstrap"),
         (["--bootstrap", "http://127.0.0.1:1", "--faults", "kill"], "--faults needs --nemesis"),
         (["--bootstrap", "http://127.0.0.1:1", "--duration", "0"], "--duration"),
+        (["--bootstrap", "http://127.0.0.1:1", "--node-python", "/usr/bin/python3"], "need --nemesis"),
+        (["--nemesis", "--node-checkout", "/nonexistent"], "is no txbroker checkout"),
     ],
 )
 def test_verify_command_refuses_bad_arguments(argv: list[str], message: str, capsys: Capture) -> None:
