@@ -7,7 +7,9 @@ it did and checks its own result (a stage that finds a wrong answer raises).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import subprocess
 import sys
 import time
 import urllib.request
@@ -216,3 +218,23 @@ def stage_metrics(urls: list[str], say: Say, root: Path) -> None:
         f"{root / 'ops/grafana'}"
     )
     say("   health: txbroker cluster health --bootstrap " + urls[0])
+
+
+def stage_verify(bootstrap: str, say: Say) -> None:
+    """A short ``txbroker verify`` run against the demo cluster: the Jepsen-style check of exactly-once."""
+    say("== txbroker verify: transactional + idempotent producers, read_committed consumers, the copier; 10 s")
+    res = subprocess.run(
+        [sys.executable, "-m", "cluster", "verify", "--bootstrap", bootstrap, "--duration", "10", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if res.returncode != 0:
+        raise SystemExit(f"txbroker verify failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+    summary = json.loads(res.stdout)
+    counts = summary["counts"]
+    anomalies = sum(summary["anomaly_counts"].values())
+    say(
+        f"   {counts.get('txns-committed', 0)} transactions committed, {counts.get('txns-aborted', 0)} aborted, "
+        f"{counts.get('acked-sends', 0)} idempotent records acknowledged, {counts.get('records-read', 0)} records "
+        f"read: {anomalies} anomalies of {len(summary['anomaly_counts'])} classes"
+    )
+    say("   (as root, `txbroker verify --nemesis` runs the same under network partitions, kills and pauses)")

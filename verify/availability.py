@@ -85,10 +85,22 @@ class Availability:
         gaps = [w.longest_commit_gap for w in self.windows if len(w.window.nodes) == 1 and w.window.fault != "bridge"]
         return max(gaps) if gaps else None
 
+    def by_fault(self) -> dict[str, dict[str, Any]]:
+        """Per fault class over its windows: how many, and the median and max of each measure."""
+        out: dict[str, dict[str, Any]] = {}
+        for fault in dict.fromkeys(w.window.fault for w in self.windows):
+            ws = [w for w in self.windows if w.window.fault == fault]
+            stats: dict[str, Any] = {"windows": len(ws)}
+            for name in ("longest_commit_gap", "longest_ack_gap", "commit_recovery", "leader_changes_after_heal"):
+                values = sorted(v for w in ws if (v := getattr(w, name)) is not None)
+                stats[name] = {"median": _r(_median(values)), "max": _r(max(values) if values else None)}
+            out[fault] = stats
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {
             "run_start": self.run_start, "run_end": self.run_end, "commits": self.commits, "acks": self.acks,
-            "windows": [w.to_json() for w in self.windows],
+            "windows": [w.to_json() for w in self.windows], "by_fault": self.by_fault(),
             "outside_faults": {"seconds": _r(self.outside_seconds), "longest_commit_gap": _r(
                 self.outside_longest_commit_gap), "longest_ack_gap": _r(self.outside_longest_ack_gap)},
         }  # fmt: skip
@@ -96,6 +108,13 @@ class Availability:
 
 def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 3)
+
+
+def _median(values: Sequence[float]) -> float | None:
+    if not values:
+        return None
+    mid = len(values) // 2
+    return float(values[mid]) if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 def fault_windows(events: Iterable[tuple[str, str, Sequence[int], float]]) -> list[FaultWindow]:

@@ -58,6 +58,13 @@ def _window_row(w: WindowAvailability) -> str:
     )
 
 
+def _pair(stat: dict[str, float | None], digits: int = 2) -> str:
+    def one(x: float | None) -> str:
+        return "-" if x is None else f"{x:.{digits}f}"
+
+    return f"{one(stat['median'])} / {one(stat['max'])}"
+
+
 def _n(x: int | None) -> str:
     return "-" if x is None else str(x)
 
@@ -86,6 +93,19 @@ def render_text(result: CheckResult, max_commit_gap: float | None = None) -> str
         f"  {'outside faults':<22} {'-':<6} {a.outside_seconds:>6.1f}s {'':>7} {'':>7} {'':>7} "
         f"{_s(a.outside_longest_commit_gap):>10} {_s(a.outside_longest_ack_gap):>10}"
     )
+    per_class = a.by_fault()
+    if any(stats["windows"] > 1 for stats in per_class.values()):
+        lines.append("")
+        lines.append("per fault class (median / max over its windows)")
+        lines.append(
+            f"  {'fault':<22} {'windows':>7} {'commit gap':>15} {'ack gap':>15} {'commit rec':>15} {'ldr chg':>9}"
+        )
+        for fault, st in per_class.items():
+            lines.append(
+                f"  {fault:<22} {st['windows']:>7} {_pair(st['longest_commit_gap']):>15} "
+                f"{_pair(st['longest_ack_gap']):>15} {_pair(st['commit_recovery']):>15} "
+                f"{_pair(st['leader_changes_after_heal'], 0):>9}"
+            )
     if max_commit_gap is not None:
         worst = a.max_single_node_commit_gap()
         verdict = "exceeded" if commit_gap_exceeded(result, max_commit_gap) else "ok"

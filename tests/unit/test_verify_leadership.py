@@ -49,3 +49,21 @@ def test_windows_carry_the_changes_after_their_heal_and_a_bridge_is_no_single_no
     # The bridge's 6.5 s gap does not count as a single-node fault's; the kill's 6 s does.
     assert bridge.longest_commit_gap == 6.5
     assert a.max_single_node_commit_gap() == 6.0
+
+
+def test_per_fault_class_median_and_max_over_its_windows() -> None:
+    faults = [
+        ("start", "kill", [1], 0.0), ("heal", "kill", [1], 10.0),
+        ("start", "kill", [2], 20.0), ("heal", "kill", [2], 30.0),
+        ("start", "kill", [3], 40.0), ("heal", "kill", [3], 50.0),
+        ("start", "pause", [1], 60.0), ("heal", "pause", [1], 70.0),
+    ]  # fmt: skip
+    # kill windows: commit gaps 2, 4 and 10 (no commit in the third); pause: 1.
+    commits = [2.0, 4.0, 6.0, 8.0, 10.5, 24.0, 28.0, 30.2, 51.0, *(float(t) for t in range(61, 70)), 70.5]
+    a = compute_availability(commits, commits, faults, 0.0, 80.0, leadership=[(10.0, 0), (30.0, 1), (50.0, 0)])
+    kill = a.by_fault()["kill"]
+    assert kill["windows"] == 3
+    assert kill["longest_commit_gap"] == {"median": 4.0, "max": 10.0}
+    assert kill["leader_changes_after_heal"] == {"median": 0, "max": 1}
+    assert a.by_fault()["pause"]["longest_commit_gap"] == {"median": 1.0, "max": 1.0}
+    assert a.to_json()["by_fault"]["kill"]["commit_recovery"]["max"] == 1.0
