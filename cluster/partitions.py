@@ -545,7 +545,7 @@ class PartitionService:
     async def balance_leaders(self) -> None:
         """Move leadership back to each partition's preferred replica (Kafka's auto leader rebalance).
 
-        Only to a preferred replica seen connected and caught up in every round for
+        Only to a preferred replica seen answering and caught up in every round for
         ``leader_balance_hold_s``: a node back from a fault gets its leaderships back a while after
         it rejoined, not at the heal itself (one leader change per fault, not two at once).
         """
@@ -559,7 +559,7 @@ class PartitionService:
             if addr is None:
                 continue
             st = rep.group.status()
-            if addr.raft_address not in st.connected or st.match_index.get(addr.raft_address, -1) < st.commit_index:
+            if addr.raft_address not in st.responsive or st.match_index.get(addr.raft_address, -1) < st.commit_index:
                 self._healthy_since.pop(rep.key, None)
                 continue
             since = self._healthy_since.setdefault(rep.key, now)

@@ -413,6 +413,13 @@ class RaftGroup:
                 state = patches.raft_state(so)
                 match = {str(n.id): int(i) for n, i in dict(patches.raft_match_index(so)).items()} if state == 2 else {}
                 connected = frozenset(str(n.id) for n in set(patches.connected_nodes(so)))
+                now = patches.syncobj_clock()
+                window = self._settings.check_quorum_s
+                responsive = (
+                    frozenset(str(n.id) for n, t in dict(patches.last_response_times(so)).items() if now - t < window)
+                    if state == 2
+                    else frozenset()
+                )
                 return GroupStatus(
                     state=_STATE_NAMES.get(state, str(state)),
                     leader=self.leader(),
@@ -422,6 +429,7 @@ class RaftGroup:
                     has_quorum=bool(so.hasQuorum),
                     match_index=match,
                     connected=connected,
+                    responsive=responsive,
                 )
             except RuntimeError:
                 continue  # a dict/set changed size while copied by the shard thread

@@ -91,3 +91,6 @@ class GroupStatus:
     has_quorum: bool
     match_index: dict[str, int] = field(default_factory=dict)
     connected: frozenset[str] = frozenset()
+    # leader only: followers that answered within check_quorum_s (a TCP connection into a silent
+    # network still counts as connected; an answer does not lie)
+    responsive: frozenset[str] = frozenset()

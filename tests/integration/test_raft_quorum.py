@@ -112,3 +112,24 @@ def test_a_stopped_leader_is_replaced_within_a_few_election_timeouts(tmp_path: p
             c.close()
 
     run(scenario)
+
+
+def test_a_leader_counts_as_responsive_only_the_followers_that_answer(tmp_path: pathlib.Path) -> None:
+    async def scenario() -> None:
+        c = Cluster(tmp_path, [GROUP])
+        try:
+            c.start_all()
+            leader = (await c.wait_leaders())[GROUP]
+            followers = [i for i in range(3) if i != leader]
+            group = c.group(leader, GROUP)
+            await eventually(
+                lambda: group.status().responsive == {c.addrs[i] for i in followers}, 5, "both followers answering"
+            )
+            c.stop_node(followers[0])
+            await eventually(lambda: group.status().responsive == {c.addrs[followers[1]]}, 5, "one answering")
+            assert group.is_leader()  # still a majority
+            assert c.group(followers[1], GROUP).status().responsive == frozenset()  # a follower reports none
+        finally:
+            c.close()
+
+    run(scenario)
