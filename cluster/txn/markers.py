@@ -61,6 +61,10 @@ log = logging.getLogger(__name__)
 MARKER_BACKOFF_S = (0.02, 0.05, 0.1, 0.2, 0.25)
 #: Backoff after an unexpected (non-retriable) error, logged each time.
 ERROR_BACKOFF_S = 1.0
+#: Longest one marker attempt waits for its answer before it is sent again (markers are idempotent): a
+#: connection into a silent network, or one a heal left in TCP's retransmission backoff, would otherwise
+#: hold the marker -- and every later transaction of its producer -- for the whole request timeout.
+MARKER_ATTEMPT_S = 3.0
 
 _K = TypeVar("_K")
 _T = TypeVar("_T")
@@ -245,8 +249,9 @@ class MarkerDriver:
                 held[1].cancel()
 
     async def attempt(self, tp: TopicPartition, send: Callable[[], Awaitable[_T]], what: str) -> _T:
-        """One marker call: under a deadline of the request timeout, abandoned if ``tp``'s leader moves."""
-        deadline = Deadline.after(loop_now(), self._request_timeout_s)
+        """One marker call: under a deadline of ``MARKER_ATTEMPT_S`` (at most the request timeout), abandoned
+        if ``tp``'s leader moves."""
+        deadline = Deadline.after(loop_now(), min(MARKER_ATTEMPT_S, self._request_timeout_s))
         leaders = self._leaders
         if leaders is None:
             return await abandon_if_moved(send(), lambda: None, deadline, what=what)
