@@ -123,6 +123,12 @@ class ControllerService:
             leader = rep.leader_id
             if rep.group.is_leader():
                 leader = self.config.node_id
+            elif leader is None:
+                # No news of a leader here (cut off from it): a live peer may follow one (non-transitive cuts).
+                reported = (self._peer_view.remote_partition(group_id_for(meta.topic_id, partition)) or {}).get(
+                    "leader"
+                )
+                leader = int(reported) if reported is not None and reported != self.config.node_id else None
             return {
                 "leader": leader,
                 "high_watermark": rep.log.high_watermark,

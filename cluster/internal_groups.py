@@ -146,7 +146,11 @@ class InternalGroups(Generic[SM]):
                 return self._config.node_id
             addr = part.group.leader()
             node = self._config.node_by_raft_address(addr) if addr else None
-            return node.id if node else part.leader_id
+            if node is not None:
+                return node.id
+            if part.leader_id is not None:
+                return part.leader_id
+            # No news of a leader here (cut off from it): a live peer may follow one (non-transitive cuts).
         info = self._peers.remote_partition(self.group_id(partition)) or {}
         leader = info.get("leader")
         return int(leader) if leader is not None else None

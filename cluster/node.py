@@ -153,6 +153,8 @@ class Node:
         self.nodes = ConfiguredNodes(config)
         self.peer_client = PeerHttpClient(self.nodes, config.cluster_secret, config.request_timeout_ms / 1000)
         self.peer_view = PeerView(config)
+        self.peer_client.reachable = self.peer_view.is_alive
+        self.peer_client.relays = self._relays_to
         self.replicas = ReplicaManager(
             config, self.store, self.raft, raft_dir, self.loop, on_leader_change=self._on_replica_leader
         )
@@ -252,6 +254,11 @@ class Node:
         if not self.controller.leader_known():
             out.insert(0, {"group": CONTROLLER_GROUP, "leader": None, "reason": "no leader"})
         return out
+
+    def _relays_to(self, node_id: int) -> list[int]:
+        """Live peers that may carry a call to ``node_id`` (the peer poll sees them alive)."""
+        me = self.config.node_id
+        return [n.id for n in self.config.nodes if n.id not in (me, node_id) and self.peer_view.is_alive(n.id)]
 
     def _all_groups(self) -> list[RaftGroup]:
         groups = [r.group for r in self.replicas.replicas.values()] + self.txn.groups.groups()

@@ -73,11 +73,12 @@ class NodeDirectory(Protocol):
 
 
 class PeerClient(Protocol):
-    async def call(self, node_id: int, path: str, body: dict[str, Any]) -> Any:
+    async def call(self, node_id: int, path: str, body: dict[str, Any], *, relay: bool = True) -> Any:
         """POST ``body`` to ``path`` (an internal endpoint) on ``node_id``, signed; its JSON answer.
 
         An error answer is raised as ``BrokerError`` with the remote error code; an unreachable node as
-        ``NETWORK_EXCEPTION``; an unknown node as ``COORDINATOR_NOT_AVAILABLE``.
+        ``NETWORK_EXCEPTION``; an unknown node as ``COORDINATOR_NOT_AVAILABLE``. ``relay``: through
+        another node when ``node_id`` is out of this node's reach (connectivity need not be transitive).
         """
         ...
 

@@ -1,4 +1,4 @@
-"""Health, metrics, the OpenAPI document, and the node-to-node state and producer-id endpoints."""
+"""Health, metrics, the OpenAPI document, and the node-to-node state, producer-id and relay endpoints."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from clients.protocol import BrokerError, ErrorCode
+
 from ..controller_service import PRODUCER_IDS_PATH
 from . import parsing
-from .internal import require_internal
+from .internal import RELAY_PATH, require_internal
 from .openapi import openapi_document
 from .services import Services
 
@@ -28,6 +30,7 @@ class AdminRoutes:
         r.add_get("/v1/openapi.json", self.openapi)
         r.add_get("/v1/internal/state", self.internal_state)
         r.add_post(PRODUCER_IDS_PATH, self.internal_producer_ids)
+        r.add_post(RELAY_PATH, self.internal_relay)
 
     async def livez(self, _request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -68,3 +71,16 @@ class AdminRoutes:
         node_id = parsing.get_int(body, "node_id", lo=0, hi=2**31 - 1)
         block = await self.s.controller.allocate_producer_ids_local(node_id)
         return web.json_response({"first": block.first, "size": block.size})
+
+    async def internal_relay(self, request: web.Request) -> web.Response:
+        """Make another node's internal call for a node that cannot reach it (``cluster.http.internal``)."""
+        require_internal(self.s.config.cluster_secret, request)
+        body = parsing.parse_json_object(await request.read())
+        node_id = parsing.get_int(body, "node_id", lo=0, hi=2**31 - 1)
+        path = parsing.get_str(body, "path", max_len=256) or ""
+        inner = body.get("body")
+        if not path.startswith("/v1/internal/") or path == RELAY_PATH or not isinstance(inner, dict):
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "a relay carries an internal path (not a relay) and a body")
+        if node_id == self.s.config.node_id:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "a relay names another node")
+        return web.json_response(await self.s.peers.call(node_id, path, inner, relay=False))

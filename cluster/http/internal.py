@@ -8,11 +8,22 @@ keep-alive pool (``clients.aio.Http1Pool``: a fraction of aiohttp's client
 CPU per request). A call takes at most what is left of the deadline it runs
 under (``cluster.deadline``: the request's, or a marker attempt's), else the
 node's ``request_timeout_ms``.
+
+**Relay.** Connectivity between nodes need not be transitive (a link between
+two nodes down, both still reaching a third). A call to a node this node
+cannot reach -- the peer poll sees it dead, or the call fails to connect --
+goes through another live node instead: ``POST /v1/internal/relay`` there,
+which makes the call directly (never relaying again) and answers with its
+answer. Without it a transaction coordinator cut off from one partition
+leader could not write that partition's markers, and every later transaction
+of the producer would wait for them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -24,9 +35,14 @@ from ..deadline import timeout_for
 from ..peers import AUTH_HEADER, sign, verify
 from ..seams import NodeDirectory
 
-__all__ = ["PeerHttpClient", "require_internal"]
+__all__ = ["RELAY_PATH", "PeerHttpClient", "require_internal"]
 
 _MAX_INTERNAL_ANSWER = 16 * 1024 * 1024
+RELAY_PATH = "/v1/internal/relay"
+#: A direct call without an answer for this long is sent through a relay too (a connection into a silent
+#: network never answers; the peer poll takes a few seconds to see the node dead).
+RELAY_AFTER_S = 1.0
+_UNREACHABLE = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT})
 
 
 class PeerHttpClient:
@@ -37,6 +53,9 @@ class PeerHttpClient:
         self._secret = cluster_secret
         self._request_timeout_s = request_timeout_s
         self._pool: Http1Pool | None = None
+        #: Whether a node looks reachable from here (the peer poll), and which nodes may relay to it.
+        self.reachable: Callable[[int], bool] = lambda _node: True
+        self.relays: Callable[[int], list[int]] = lambda _node: []
 
     def start(self) -> None:
         self._pool = Http1Pool(max_body=_MAX_INTERNAL_ANSWER)
@@ -46,7 +65,51 @@ class PeerHttpClient:
             await self._pool.close()
             self._pool = None
 
-    async def call(self, node_id: int, path: str, body: dict[str, Any]) -> Any:
+    async def call(self, node_id: int, path: str, body: dict[str, Any], *, relay: bool = True) -> Any:
+        """POST ``body`` to ``path`` on ``node_id``; through a relay when the node is out of this one's reach.
+
+        With a live peer to relay through: a node the peer poll sees dead is asked through the relay first;
+        otherwise directly, and if no answer came within ``RELAY_AFTER_S`` the same call also goes through
+        the relay, and the first answer wins (internal calls are retried by design, so a call made twice
+        is harmless). ``relay=False``: directly only (what a relaying node does)."""
+        via = self.relays(node_id) if relay else []
+        if not via:
+            return await self.direct(node_id, path, body)
+        if not self.reachable(node_id):
+            try:
+                return await self._through(via, node_id, path, body)
+            except BrokerError as exc:
+                if exc.error_code not in _UNREACHABLE:
+                    raise
+        attempts = [asyncio.ensure_future(self.direct(node_id, path, body))]
+        try:
+            done, _ = await asyncio.wait(attempts, timeout=RELAY_AFTER_S)
+            if done:
+                try:
+                    return attempts[0].result()
+                except BrokerError as exc:
+                    if exc.error_code is not ErrorCode.NETWORK_EXCEPTION:
+                        raise
+                return await self._through(via, node_id, path, body)
+            attempts.append(asyncio.ensure_future(self._through(via, node_id, path, body)))
+            return await _first_answer(attempts)
+        finally:
+            for attempt in attempts:
+                attempt.cancel()
+
+    async def _through(self, via: list[int], node_id: int, path: str, body: dict[str, Any]) -> Any:
+        last: BrokerError | None = None
+        for relay in via:
+            try:
+                return await self.direct(relay, RELAY_PATH, {"node_id": node_id, "path": path, "body": body})
+            except BrokerError as exc:
+                if exc.error_code not in _UNREACHABLE:
+                    raise
+                last = exc
+        assert last is not None
+        raise last
+
+    async def direct(self, node_id: int, path: str, body: dict[str, Any]) -> Any:
         url = self._nodes.node_url(node_id)
         if url is None or self._pool is None:
             raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"node {node_id} unknown")
@@ -67,6 +130,23 @@ class PeerHttpClient:
             extra = {k: v for k, v in data.items() if k not in ("error_code", "message", "retriable")}
             raise BrokerError(ErrorCode.from_name(data.get("error_code", "")), data.get("message", ""), **extra)
         return data
+
+
+async def _first_answer(attempts: Sequence[asyncio.Future[Any]]) -> Any:
+    """The first answer of ``attempts`` (an error answer counts; being unreachable does not)."""
+    pending = set(attempts)
+    last: BaseException | None = None
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for attempt in done:
+            exc = attempt.exception()
+            if exc is None:
+                return attempt.result()
+            if not (isinstance(exc, BrokerError) and exc.error_code in _UNREACHABLE):
+                raise exc
+            last = exc
+    assert last is not None
+    raise last
 
 
 def require_internal(cluster_secret: str, request: web.Request) -> None:
