@@ -176,20 +176,20 @@ class Nemesis:
     ) -> None:
         """Blocking: ``rounds`` rounds, cycling through ``faults``; returns early once ``stop`` is set.
 
-        Whatever is applied when it returns or raises is healed first.
+        Each round is ``quiet_s`` of health, then the fault for ``fault_s``: the first fault finds the
+        workload's clients running, not starting up. Whatever is applied when it returns or raises is
+        healed first.
         """
         if not faults:
             raise ValueError("no faults to run")
         stop = stop or threading.Event()
         try:
             for r in range(rounds):
-                if stop.is_set():
+                if stop.wait(quiet_s):
                     break
                 self.start(self.plan(faults[r % len(faults)]))
                 stop.wait(fault_s)
                 self.heal()
-                if stop.wait(quiet_s):
-                    break
         finally:
             self.heal()
 

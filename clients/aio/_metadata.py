@@ -51,6 +51,10 @@ class PartitionInfo:
 
 
 _MISSING_TOPIC_GRACE_S = 30.0
+#: How long one node may take to answer a metadata request before the next node is asked. Every node
+#: answers it from memory; one that takes longer is paused, cut off or overloaded, and every request of
+#: the client waits on a refresh (refreshes are shared), so it must not wait out the request timeout.
+METADATA_NODE_TIMEOUT_S = 2.5
 
 
 class MetadataCache:
@@ -170,9 +174,10 @@ class MetadataCache:
         if topics is not None:
             query = "?topics=" + ",".join(quote(t, safe="") for t in topics)
         last: BrokerError | None = None
+        per_node = timeout if timeout is not None else METADATA_NODE_TIMEOUT_S
         for url in urls if urls is not None else self._rotated():
             try:
-                body = await self._session.request_json("GET", f"{url}/v1/metadata{query}", timeout=timeout)
+                body = await self._session.request_json("GET", f"{url}/v1/metadata{query}", timeout=per_node)
             except BrokerError as exc:
                 last = exc
                 continue

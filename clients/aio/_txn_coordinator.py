@@ -36,7 +36,7 @@ from urllib.parse import quote
 from ..protocol import BrokerError, ErrorCode, decode_token, encode_token
 from ..records import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from ._idempotence import ProducerIdAndEpoch
-from ._metadata import MetadataCache
+from ._metadata import METADATA_NODE_TIMEOUT_S, MetadataCache
 from ._session import HttpSession
 
 __all__ = ["CoordinatorClient", "group_offsets_path", "offset_commit_entries", "transaction_path"]
@@ -99,7 +99,7 @@ class CoordinatorClient:
             try:
                 body = await self._session.request_json(
                     "GET", f"{url}/v1/coordinators/{kind}/{quote(key, safe='')}",
-                    timeout=min(left, self._request_timeout_s, per_node_s or self._request_timeout_s),
+                    timeout=min(left, self._request_timeout_s, per_node_s or METADATA_NODE_TIMEOUT_S),
                 )  # fmt: skip
             except BrokerError as exc:
                 log.debug("coordinator lookup for %s %r at %s: %s", kind, key, url, exc)
