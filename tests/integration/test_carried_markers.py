@@ -150,7 +150,7 @@ def test_the_binary_produce_form_carries_tokens(make_cluster: Any) -> None:
 def _pipeline(c: LocalCluster, t: str, tid: str, plan: list[bool]) -> tuple[dict[int, list[tuple[int, bytes]]], int]:
     """Run one transaction per entry of ``plan`` (True: commit) on 3 partitions; the committed records, and the
     coordinator's Raft writes from the second transaction on (the first one pays for the producer's start)."""
-    from tests.integration.test_txn_client import _coordinator_commits
+    from tests.integration.test_txn_client import _coordinator_writes
 
     expected: dict[int, list[tuple[int, bytes]]] = {q: [] for q in range(3)}
     writes = 0
@@ -158,7 +158,7 @@ def _pipeline(c: LocalCluster, t: str, tid: str, plan: list[bool]) -> tuple[dict
         p.init_transactions()
         for n, commit in enumerate(plan):
             if n == 1:
-                writes = -_coordinator_commits(c, tid)
+                writes = -_coordinator_writes(c, tid)
             p.begin_transaction()
             futs = [(q, f"{n}-{q}".encode(), p.send(t, value=f"{n}-{q}".encode(), partition=q)) for q in range(3)]
             acked = [(q, v, f.result(timeout=30).offset) for q, v, f in futs]
@@ -168,7 +168,7 @@ def _pipeline(c: LocalCluster, t: str, tid: str, plan: list[bool]) -> tuple[dict
                     expected[q].append((off, v))
             else:
                 p.abort_transaction()
-        writes += _coordinator_commits(c, tid)
+        writes += _coordinator_writes(c, tid)
     return expected, writes
 
 
