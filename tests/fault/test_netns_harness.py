@@ -5,7 +5,6 @@ These tests need root, iproute2 and nftables; elsewhere they skip with ``unavail
 
 from __future__ import annotations
 
-import base64
 import json
 import random
 import shutil
@@ -18,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import http, wait_for
+from tests.support.cluster import http, plain_produce, wait_for
 from verify.nemesis import Fault, FaultEvent, Nemesis
 from verify.netns import NamespacedCluster, NetnsError, sweep, unavailable_reason
 from verify.netns_network import Network, run_command
@@ -67,21 +66,7 @@ def create_topic(c: NamespacedCluster, name: str) -> None:
 
 
 def produce(url: str, topic: str, value: bytes) -> tuple[int, Any]:
-    body = {
-        "acks": "all",
-        "timeout_ms": 5000,
-        "partitions": [
-            {
-                "topic": topic,
-                "partition": 0,
-                "producer_id": -1,
-                "producer_epoch": -1,
-                "base_sequence": -1,
-                "records": [{"value": base64.b64encode(value).decode()}],
-            }
-        ],
-    }
-    return http("POST", url + "/v1/produce", body, timeout=10)
+    return plain_produce(url, topic, value, timeout_ms=5000, timeout=10)
 
 
 def reaches(c: NamespacedCluster, src: int, dst: int, port: int, timeout: float = 1.5) -> bool:

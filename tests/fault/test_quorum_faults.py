@@ -11,14 +11,13 @@ Regression tests of the majority side's availability:
 
 from __future__ import annotations
 
-import base64
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import http, samples, wait_for
+from tests.support.cluster import http, plain_produce, samples, wait_for
 from verify.netns import NamespacedCluster, unavailable_reason
 
 pytestmark = [pytest.mark.fault, pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))]
@@ -35,22 +34,8 @@ def cluster(tmp_path: Path) -> Iterator[NamespacedCluster]:
 
 
 def _produce(url: str, topic: str, value: bytes, timeout: float = 40.0) -> tuple[int, object, float]:
-    body = {
-        "acks": "all",
-        "timeout_ms": 30_000,
-        "partitions": [
-            {
-                "topic": topic,
-                "partition": 0,
-                "producer_id": -1,
-                "producer_epoch": -1,
-                "base_sequence": -1,
-                "records": [{"value": base64.b64encode(value).decode()}],
-            }
-        ],
-    }
     started = time.monotonic()
-    status, res = http("POST", url + "/v1/produce", body, timeout=timeout)
+    status, res = plain_produce(url, topic, value, timeout_ms=30_000, timeout=timeout)
     took = time.monotonic() - started
     if status == 200 and isinstance(res, dict):
         code = res["partitions"][0].get("error_code")

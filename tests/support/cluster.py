@@ -7,6 +7,7 @@ deadline.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -65,6 +66,25 @@ def http(
     if "json" in ctype:
         return status, json.loads(payload)
     return status, payload
+
+
+def plain_produce(url: str, topic: str, value: bytes, *, timeout_ms: int, timeout: float) -> tuple[int, Any]:
+    """``POST /v1/produce`` of one plain (non-idempotent) record to partition 0 of ``topic``: (status, answer)."""
+    body = {
+        "acks": "all",
+        "timeout_ms": timeout_ms,
+        "partitions": [
+            {
+                "topic": topic,
+                "partition": 0,
+                "producer_id": -1,
+                "producer_epoch": -1,
+                "base_sequence": -1,
+                "records": [{"value": base64.b64encode(value).decode()}],
+            }
+        ],
+    }
+    return http("POST", url + "/v1/produce", body, timeout=timeout)
 
 
 def samples(url: str, name: str) -> list[tuple[dict[str, str], float]]:
