@@ -239,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
             eos.stage_transactions(bootstrap, say)
             eos.stage_pipelined_commits(bootstrap, say)
             eos.stage_copier(bootstrap, say)
-            eos.stage_verify(bootstrap, say)
+            eos.stage_verify(bootstrap, say, directory)
             eos.stage_spark(bootstrap, say, directory)
             eos.stage_metrics([demo.url(n) for n in (1, 2, 3)], say, Path(__file__).resolve().parent.parent)
 

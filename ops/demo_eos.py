@@ -220,11 +220,12 @@ def stage_metrics(urls: list[str], say: Say, root: Path) -> None:
     say("   health: txbroker cluster health --bootstrap " + urls[0])
 
 
-def stage_verify(bootstrap: str, say: Say) -> None:
+def stage_verify(bootstrap: str, say: Say, work: Path) -> None:
     """A short ``txbroker verify`` run against the demo cluster: the Jepsen-style check of exactly-once."""
     say("== txbroker verify: transactional + idempotent producers, read_committed consumers, the copier; 10 s")
     res = subprocess.run(
-        [sys.executable, "-m", "cluster", "verify", "--bootstrap", bootstrap, "--duration", "10", "--json"],
+        [sys.executable, "-m", "cluster", "verify", "--bootstrap", bootstrap, "--duration", "10", "--json",
+         "--record", str(work / "verify-history.jsonl")],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     if res.returncode != 0:
