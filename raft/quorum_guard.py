@@ -82,16 +82,9 @@ class QuorumGuard:
         self._txb_settle_leadership()
 
     def _txb_check_quorum(self) -> None:
-        if patches.raft_state(self) != _LEADER:
+        if patches.raft_state(self) != _LEADER or self.quorum_heard_within(self.check_quorum_s):
             return
-        others = patches.other_nodes(self)
-        if not others:
-            return
-        answered = patches.last_response_times(self)
         now = patches.syncobj_clock()
-        last = (answered.get(node, float("-inf")) for node in others)
-        if has_quorum_contact(now, last, len(others) + 1, self.check_quorum_s):
-            return
         logger.warning(
             "raft group %r: no majority heard within %.2fs: stepping down (term %s)",
             self.txb_name,

@@ -95,17 +95,28 @@ def _offset(fut: concurrent.futures.Future[RecordMetadata] | None) -> int | None
     return fut.result().offset
 
 
-class TxnWriter(threading.Thread):
-    """Transactional producer ``n``: transactions of 1..max_txn_records records over the topics, some aborted."""
+class _Writer(threading.Thread):
+    """One writer process of the workload: its history name (``<prefix><n>``), config, seed and stop event."""
+
+    prefix = ""
 
     def __init__(self, n: int, cfg: WriterConfig, history: HistoryWriter, stop: threading.Event, seed: int) -> None:
-        super().__init__(name=f"verify-t{n}", daemon=True)
+        super().__init__(name=f"verify-{self.prefix}{n}", daemon=True)
         self.n = n
         self.cfg = cfg
         self.h = history
         self.stop_event = stop
         self.rng = random.Random(seed)
-        self.process = f"t{n}"
+        self.process = f"{self.prefix}{n}"
+
+
+class TxnWriter(_Writer):
+    """Transactional producer ``n``: transactions of 1..max_txn_records records over the topics, some aborted."""
+
+    prefix = "t"
+
+    def __init__(self, n: int, cfg: WriterConfig, history: HistoryWriter, stop: threading.Event, seed: int) -> None:
+        super().__init__(n, cfg, history, stop, seed)
         self.transactions = 0
 
     def run(self) -> None:
@@ -213,17 +224,13 @@ class TxnWriter(threading.Thread):
                 return "info", _error(exc), None
 
 
-class IdempotentWriter(threading.Thread):
+class IdempotentWriter(_Writer):
     """Idempotent producer ``n``: single records at ``idempotent_rate`` per second to random partitions."""
 
+    prefix = "i"
+
     def __init__(self, n: int, cfg: WriterConfig, history: HistoryWriter, stop: threading.Event, seed: int) -> None:
-        super().__init__(name=f"verify-i{n}", daemon=True)
-        self.n = n
-        self.cfg = cfg
-        self.h = history
-        self.stop_event = stop
-        self.rng = random.Random(seed)
-        self.process = f"i{n}"
+        super().__init__(n, cfg, history, stop, seed)
         self._lock = threading.Lock()
         self._pending: dict[int, tuple[float, str, int, str]] = {}
         self._slots = threading.Semaphore(cfg.max_in_flight)
