@@ -24,7 +24,7 @@ from __future__ import annotations
 import secrets
 import socket
 import tomllib
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +39,163 @@ class NodeAddress:
     host: str
     http_port: int
     raft_port: int
+    scheme: str = "http"  # "https" in a cluster whose nodes serve TLS (every node of a cluster does, or none)
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.http_port}"
+        return f"{self.scheme}://{self.host}:{self.http_port}"
 
     @property
     def raft_address(self) -> str:
         return f"{self.host}:{self.raft_port}"
+
+
+AUTHENTICATION_METHODS = ("basic", "mtls", "bearer")
+TLS_CLIENT_AUTH = ("none", "required")
+
+
+@dataclass(frozen=True, slots=True)
+class BootstrapUser:
+    """A SCRAM credential the controller records when the cluster has never recorded users (hashed; no password)."""
+
+    name: str
+    mechanism: str  # SCRAM-SHA-256 | SCRAM-SHA-512
+    salt: str  # base64
+    iterations: int
+    stored_key: str  # base64
+    server_key: str  # base64
+
+
+@dataclass(frozen=True, slots=True)
+class SecurityConfig:
+    """The node's ``[security]`` section (API.md "Security"); a node without one is open."""
+
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_ca_file: Path | None = None
+    tls_client_auth: str = "none"  # or "required": mTLS, principal "User:" + the certificate's subject CN
+    authentication: tuple[str, ...] = ("basic",)
+    authorizer: bool = True
+    super_users: tuple[str, ...] = ()
+    allow_everyone_if_no_acl_found: bool = False
+    metrics_public: bool = False
+    # bearer tokens (JWT): a fixed algorithm list; iss, aud and exp are required claims
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    jwt_algorithms: tuple[str, ...] = ("RS256", "ES256")
+    jwt_jwks_file: Path | None = None
+    jwt_jwks_url: str | None = None
+    jwt_principal_claim: str = "sub"
+    # recorded by the controller once, when the cluster has never recorded users or ACLs
+    # (what `cluster init --secure` writes: the admin and metrics users, the metrics user's ACL)
+    bootstrap_users: tuple[BootstrapUser, ...] = ()
+    bootstrap_acls: tuple[dict[str, str], ...] = ()
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert_file is not None
+
+
+_SECURITY_PATHS = ("tls_cert_file", "tls_key_file", "tls_ca_file", "jwt_jwks_file")
+_SECURITY_LISTS = ("authentication", "super_users", "jwt_algorithms")
+_SECURITY_SWITCHES = ("authorizer", "allow_everyone_if_no_acl_found", "metrics_public")
+
+
+def parse_security(raw: Any, base_dir: Path | None = None) -> SecurityConfig:
+    """The ``[security]`` table, validated; relative file paths resolve from ``base_dir`` (the config's folder)."""
+    if not isinstance(raw, dict):
+        raise ConfigError("[security] must be a table")
+    known = {f.name for f in fields(SecurityConfig)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"unknown [security] keys: {', '.join(unknown)}")
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in _SECURITY_PATHS:
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"security.{key} must be a file path")
+            path = Path(value)
+            kwargs[key] = (base_dir / path).resolve() if not path.is_absolute() and base_dir is not None else path
+        elif key in _SECURITY_LISTS:
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"security.{key} must be a list of strings")
+            kwargs[key] = tuple(value)
+        elif key in _SECURITY_SWITCHES:
+            if not isinstance(value, bool):
+                raise ConfigError(f"security.{key} must be true or false, not {value!r}")
+            kwargs[key] = value
+        elif key == "bootstrap_users":
+            try:
+                kwargs[key] = tuple(
+                    BootstrapUser(str(u["name"]), str(u["mechanism"]), str(u["salt"]), int(u["iterations"]),
+                                  str(u["stored_key"]), str(u["server_key"]))
+                    for u in value
+                )  # fmt: skip
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ConfigError(f"bad security.bootstrap_users entry: {exc}") from exc
+        elif key == "bootstrap_acls":
+            if not isinstance(value, list) or not all(
+                isinstance(a, dict) and all(isinstance(v, str) for v in a.values()) for a in value
+            ):
+                raise ConfigError("security.bootstrap_acls must be a list of tables of strings")
+            kwargs[key] = tuple(dict(a) for a in value)
+        else:
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"security.{key} must be a string")
+            kwargs[key] = value
+    sec = SecurityConfig(**kwargs)
+    _check_security(sec)
+    return sec
+
+
+def _check_security(sec: SecurityConfig) -> None:
+    if (sec.tls_cert_file is None) != (sec.tls_key_file is None):
+        raise ConfigError("security.tls_cert_file and security.tls_key_file go together")
+    if sec.tls_client_auth not in TLS_CLIENT_AUTH:
+        raise ConfigError(f"security.tls_client_auth must be one of {', '.join(TLS_CLIENT_AUTH)}")
+    if sec.tls_client_auth == "required" and (not sec.tls or sec.tls_ca_file is None):
+        raise ConfigError("security.tls_client_auth = 'required' needs tls_cert_file, tls_key_file and tls_ca_file")
+    bad = [m for m in sec.authentication if m not in AUTHENTICATION_METHODS]
+    if bad or not sec.authentication:
+        raise ConfigError(f"security.authentication lists any of {', '.join(AUTHENTICATION_METHODS)}")
+    if "mtls" in sec.authentication and sec.tls_client_auth != "required":
+        raise ConfigError("security.authentication 'mtls' needs tls_client_auth = 'required'")
+    if "bearer" in sec.authentication:
+        if not sec.jwt_issuer or not sec.jwt_audience:
+            raise ConfigError("security.authentication 'bearer' needs jwt_issuer and jwt_audience")
+        if (sec.jwt_jwks_file is None) == (sec.jwt_jwks_url is None):
+            raise ConfigError("security.authentication 'bearer' needs one of jwt_jwks_file, jwt_jwks_url")
+        if not sec.jwt_algorithms or any(a.lower() == "none" or a.startswith("HS") for a in sec.jwt_algorithms):
+            raise ConfigError("security.jwt_algorithms lists asymmetric algorithms (RS*, PS*, ES*, EdDSA)")
+    for p in sec.super_users:
+        if ":" not in p:
+            raise ConfigError(f"security.super_users entries are principals like 'User:admin', not {p!r}")
+    for u in sec.bootstrap_users:
+        if u.mechanism not in ("SCRAM-SHA-256", "SCRAM-SHA-512") or u.iterations < 4096:
+            raise ConfigError(f"security.bootstrap_users {u.name!r}: SCRAM-SHA-256/512 with at least 4096 iterations")
+
+
+def render_security(sec: SecurityConfig) -> list[str]:
+    """The ``[security]`` section's TOML lines (paths as written: absolute, or relative to the config's folder)."""
+    lines = ["[security]"]
+    for f in fields(SecurityConfig):
+        value = getattr(sec, f.name)
+        if f.name in ("bootstrap_users", "bootstrap_acls") or value is None:
+            continue
+        if isinstance(value, tuple):
+            lines.append(f"{f.name} = [{', '.join(_toml_value(v) for v in value)}]")
+        else:
+            lines.append(f"{f.name} = {_toml_value(value if not isinstance(value, Path) else str(value))}")
+    lines.append("")
+    for u in sec.bootstrap_users:
+        lines.append("[[security.bootstrap_users]]")
+        lines += [f"{f.name} = {_toml_value(getattr(u, f.name))}" for f in fields(BootstrapUser)]
+        lines.append("")
+    for acl in sec.bootstrap_acls:
+        lines.append("[[security.bootstrap_acls]]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in acl.items()]
+        lines.append("")
+    return lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +256,8 @@ class NodeConfig:
     # logging
     log_format: str = "text"
     log_level: str = "INFO"
+    # None: an open node (local development; it logs a warning at start)
+    security: SecurityConfig | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -193,8 +344,11 @@ def parse_config(raw: dict[str, Any], base_dir: Path | None = None) -> NodeConfi
     switches = {f.name for f in fields(NodeConfig) if isinstance(f.default, bool)}
     kwargs: dict[str, Any] = {}
     extra: dict[str, Any] = {}
+    security = parse_security(raw["security"], base_dir) if "security" in raw else None
+    scheme = "https" if security is not None and security.tls else "http"
+    nodes = tuple(replace(n, scheme=scheme) for n in nodes)
     for key, value in raw.items():
-        if key == "nodes":
+        if key in ("nodes", "security"):
             continue
         if key in switches and not isinstance(value, bool):
             raise ConfigError(f"{key} must be true or false, not {value!r}")
@@ -208,6 +362,7 @@ def parse_config(raw: dict[str, Any], base_dir: Path | None = None) -> NodeConfi
     kwargs["data_dir"] = data_dir
     kwargs["nodes"] = nodes
     kwargs["extra"] = extra
+    kwargs["security"] = security
     if not str(kwargs["cluster_secret"]):
         raise ConfigError("cluster_secret must not be empty (it authenticates Raft traffic)")
     try:
@@ -254,7 +409,7 @@ def render_config(cfg: NodeConfig) -> str:
     ]
     # Every other setting that is not its default (tuning a cluster made by `cluster init` or a bench).
     written = {"node_id", "host", "http_port", "raft_port", "data_dir", "cluster_id", "cluster_secret", "log_format",
-               "nodes", "extra"}  # fmt: skip
+               "nodes", "extra", "security"}  # fmt: skip
     for f in fields(NodeConfig):
         value = getattr(cfg, f.name)
         if f.name not in written and f.default is not MISSING and value != f.default:
@@ -269,6 +424,8 @@ def render_config(cfg: NodeConfig) -> str:
             f"raft_port = {n.raft_port}",
             "",
         ]
+    if cfg.security is not None:
+        lines += render_security(cfg.security)
     return "\n".join(lines)
 
 
