@@ -10,12 +10,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from clients.protocol import BrokerError, ErrorCode
 
 from ..controller_service import PRODUCER_IDS_PATH
+from ..security.acl import Operation, ResourceType
 from . import parsing
+from .access import Access, Need, RouteTable
 from .internal import RELAY_PATH, require_internal
 from .openapi import openapi_document
 from .services import Services
 
 __all__ = ["AdminRoutes"]
+
+DESCRIBE_CLUSTER = Need(Operation.DESCRIBE, ResourceType.CLUSTER)
 
 
 class AdminRoutes:
@@ -23,14 +27,16 @@ class AdminRoutes:
         self.s = services
 
     def register(self, app: web.Application) -> None:
-        r = app.router
-        r.add_get("/livez", self.livez)
-        r.add_get("/readyz", self.readyz)
-        r.add_get("/metrics", self.metrics)
-        r.add_get("/v1/openapi.json", self.openapi)
-        r.add_get("/v1/internal/state", self.internal_state)
-        r.add_post(PRODUCER_IDS_PATH, self.internal_producer_ids)
-        r.add_post(RELAY_PATH, self.internal_relay)
+        r = RouteTable(app)
+        sec = self.s.config.security
+        r.get("/livez", self.livez, Access.open())
+        r.get("/readyz", self.readyz, Access.open())
+        metrics_open = sec is None or sec.metrics_public
+        r.get("/metrics", self.metrics, Access.open() if metrics_open else Access.user(DESCRIBE_CLUSTER))
+        r.get("/v1/openapi.json", self.openapi, Access.open())
+        r.get("/v1/internal/state", self.internal_state, Access.nodes())
+        r.post(PRODUCER_IDS_PATH, self.internal_producer_ids, Access.nodes())
+        r.post(RELAY_PATH, self.internal_relay, Access.nodes())
 
     async def livez(self, _request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

@@ -26,10 +26,15 @@ from clients.protocol import PRODUCE_CONTENT_TYPE, BrokerError, ErrorCode
 
 from ..deadline import Deadline, deadline_scope
 from ..metrics import NodeMetrics
+from ..security.jwt_auth import JwtVerifier
+from ..security.node_calls import NodeCallVerifier
+from .access import check_declared
 from .admin import AdminRoutes
+from .auth import Gatekeeper
 from .forwarding import TIMEOUT_HEADER, Forwarder
 from .groups import GroupRoutes
 from .records import RecordRoutes
+from .security import SecurityRoutes
 from .services import Readiness, Services
 from .topics import TopicRoutes
 from .transactions import TxnRoutes
@@ -74,7 +79,7 @@ async def caller_timeout_ms(request: web.Request) -> int | None:
     return None
 
 
-def make_middlewares(metrics: NodeMetrics, request_timeout_s: float = 30.0) -> list[Any]:
+def make_middlewares(metrics: NodeMetrics, gatekeeper: Gatekeeper, request_timeout_s: float = 30.0) -> list[Any]:
     @web.middleware
     async def errors_and_metrics(request: web.Request, handler: Handler) -> web.StreamResponse:
         started = time.perf_counter()
@@ -82,6 +87,7 @@ def make_middlewares(metrics: NodeMetrics, request_timeout_s: float = 30.0) -> l
         route = _route_template(request)
         status = 500
         try:
+            await gatekeeper.admit(request)  # who is calling, and the route's rights: before the body is read
             timeout_ms = await caller_timeout_ms(request)
             budget = timeout_ms / 1000 if timeout_ms is not None else request_timeout_s
             with deadline_scope(Deadline.after(arrived, budget)):  # what every call made for it may take
@@ -90,7 +96,10 @@ def make_middlewares(metrics: NodeMetrics, request_timeout_s: float = 30.0) -> l
             return resp
         except BrokerError as exc:
             status = exc.error_code.http_status
-            return error_response(exc)
+            resp = error_response(exc)
+            if exc.error_code is ErrorCode.SASL_AUTHENTICATION_FAILED:
+                resp.headers["WWW-Authenticate"] = gatekeeper.challenge
+            return resp
         except web.HTTPRequestEntityTooLarge as exc:
             status = 413
             return error_response(BrokerError(ErrorCode.MESSAGE_TOO_LARGE, f"request body too large: {exc.text}"))
@@ -116,18 +125,26 @@ def make_middlewares(metrics: NodeMetrics, request_timeout_s: float = 30.0) -> l
 
 
 def make_app(services: Services) -> web.Application:
-    request_timeout_s = services.config.request_timeout_ms / 1000
+    config = services.config
+    request_timeout_s = config.request_timeout_ms / 1000
     forwarder = Forwarder(services.nodes, services.peers, request_timeout_s)
+    security = config.security
+    jwt = JwtVerifier(security) if security is not None and "bearer" in security.authentication else None
+    gatekeeper = Gatekeeper(security, services.controller.security_view, NodeCallVerifier(config.cluster_secret), jwt)
     app = web.Application(
-        client_max_size=services.config.max_request_bytes,
-        middlewares=make_middlewares(services.metrics, request_timeout_s),
+        client_max_size=config.max_request_bytes,
+        middlewares=make_middlewares(services.metrics, gatekeeper, request_timeout_s),
     )
 
     async def on_startup(_app: web.Application) -> None:
         await forwarder.start()
+        if jwt is not None:
+            await jwt.start()
 
     async def on_cleanup(_app: web.Application) -> None:
         await forwarder.close()
+        if jwt is not None:
+            await jwt.close()
 
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)
@@ -137,4 +154,6 @@ def make_app(services: Services) -> web.Application:
     RecordRoutes(services, forwarder, txn_routes).register(app)
     txn_routes.register(app)
     GroupRoutes(services, forwarder).register(app)
+    SecurityRoutes(services, forwarder).register(app)
+    check_declared(app)
     return app

@@ -26,13 +26,18 @@ from coordinator.group_metadata import NO_GENERATION
 from coordinator.metadata import TopicPartition
 
 from ..group_service import answer_json
+from ..security.acl import Operation, ResourceType
 from ..topics import validate_topic_name
 from . import parsing
+from .access import Access, Need, RouteTable, guard
 from .forwarding import Forwarder, Locate
 from .internal import require_internal
 from .services import Services
 
 __all__ = ["GroupRoutes"]
+
+DESCRIBE, READ = Operation.DESCRIBE, Operation.READ
+GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
 
 _MAX_OFFSETS = 10_000
 _MAX_TOPICS = 10_000
@@ -94,18 +99,36 @@ class GroupRoutes:
         self.forwarder = forwarder
 
     def register(self, app: web.Application) -> None:
-        r = app.router
-        r.add_get("/v1/coordinators/group/{group_id}", self.find_coordinator)
-        r.add_get("/v1/groups", self.list_groups)
-        r.add_get("/v1/groups/{group_id}", self.describe)
-        r.add_post("/v1/groups/{group_id}/join", self.join)
-        r.add_post("/v1/groups/{group_id}/heartbeat", self.heartbeat)
-        r.add_post("/v1/groups/{group_id}/leave", self.leave)
-        r.add_post("/v1/groups/{group_id}/offsets", self.commit_offsets)
-        r.add_get("/v1/groups/{group_id}/offsets", self.fetch_offsets)
-        r.add_post("/v1/transactions/{transactional_id}/offsets", self.add_offsets_to_txn)
-        r.add_post("/v1/internal/groups/marker", self.internal_marker)
-        r.add_post("/v1/internal/groups/list", self.internal_list)
+        r = RouteTable(app)
+        gid = "group_id"
+        r.get("/v1/coordinators/group/{group_id}", self.find_coordinator, Access.user(Need(DESCRIBE, GROUP, gid)))
+        r.get("/v1/groups", self.list_groups, Access.user(body="DESCRIBE on each group listed"))
+        r.get("/v1/groups/{group_id}", self.describe, Access.user(Need(DESCRIBE, GROUP, gid)))
+        r.post("/v1/groups/{group_id}/join", self.join, Access.user(Need(READ, GROUP, gid)))
+        r.post("/v1/groups/{group_id}/heartbeat", self.heartbeat, Access.user(Need(READ, GROUP, gid)))
+        r.post("/v1/groups/{group_id}/leave", self.leave, Access.user(Need(READ, GROUP, gid)))
+        r.post(
+            "/v1/groups/{group_id}/offsets",
+            self.commit_offsets,
+            Access.user(
+                Need(READ, GROUP, gid),
+                body="READ on each topic; WRITE on the transactional id of a transactional commit",
+            ),
+        )
+        r.get(
+            "/v1/groups/{group_id}/offsets",
+            self.fetch_offsets,
+            Access.user(Need(DESCRIBE, GROUP, gid), body="DESCRIBE on each topic shown"),
+        )
+        r.post(
+            "/v1/transactions/{transactional_id}/offsets",
+            self.add_offsets_to_txn,
+            Access.user(
+                Need(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, "transactional_id"), body="READ on the group"
+            ),
+        )
+        r.post("/v1/internal/groups/marker", self.internal_marker, Access.nodes())
+        r.post("/v1/internal/groups/list", self.internal_list, Access.nodes())
 
     # ---- plumbing -------------------------------------------------------------------------------
 
@@ -195,6 +218,10 @@ class GroupRoutes:
             else None
         )
         pid, epoch = parsing.producer_identity(body) if txn_fields else (-1, -1)
+        g = guard(request)
+        if tid is not None:
+            g.require(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid)
+        g.require_topics(READ, (o.topic for o in offsets))
 
         async def call() -> dict[str, Any]:
             if tid is not None:
@@ -215,10 +242,11 @@ class GroupRoutes:
         raw_topics = request.query.get("topics")
         topics = {validate_topic_name(t) for t in raw_topics.split(",") if t} if raw_topics else None
         partitions = _partitions_query(request.query.get("partitions"))
+        g = guard(request)
 
         async def call() -> dict[str, Any]:
             offsets = self.svc.fetch_offsets(group, topics, partitions=partitions, require_stable=require_stable)
-            return {"group_id": group, "offsets": offsets}
+            return {"group_id": group, "offsets": [o for o in offsets if g.may_describe(TOPIC, o["topic"])]}
 
         return await self._routed(request, b"", call)
 
@@ -230,7 +258,8 @@ class GroupRoutes:
 
         return await self._routed(request, b"", call)
 
-    async def list_groups(self, _request: web.Request) -> web.Response:
+    async def list_groups(self, request: web.Request) -> web.Response:
+        g = guard(request)
         groups = self.svc.local_groups()
         errors = []
         for r in await self.forwarder.fan_out("/v1/internal/groups/list", {}):
@@ -238,7 +267,8 @@ class GroupRoutes:
                 errors.append(r["error"])
             else:
                 groups.extend(r["groups"])
-        return web.json_response({"groups": sorted(groups, key=lambda g: g["group_id"]), "unreachable": errors})
+        shown = sorted((x for x in groups if g.may_describe(GROUP, x["group_id"])), key=lambda x: x["group_id"])
+        return web.json_response({"groups": shown, "unreachable": errors})
 
     async def add_offsets_to_txn(self, request: web.Request) -> web.Response:
         """AddOffsetsToTxn: runs on the transaction coordinator of the transactional id."""
@@ -246,6 +276,7 @@ class GroupRoutes:
         raw, body = await self._body(request)
         pid, epoch = parsing.producer_identity(body)
         group = parsing.identifier(str(parsing.get_str(body, "group_id")), "group_id")
+        guard(request).require(READ, GROUP, group)
 
         async def call() -> dict[str, Any]:
             p = await self.svc.add_offsets_to_txn(tid, pid, epoch, group)

@@ -30,12 +30,16 @@ from ..partitions import (
     READ_UNCOMMITTED,
     PartitionProduceResult,
 )
+from ..security.acl import CLUSTER_NAME, Operation, ResourceType
 from . import parsing
+from .access import Access, Need, RouteTable, guard
 from .forwarding import Forwarder, forwarded
 from .services import Services
 from .transactions import TxnRoutes
 
 __all__ = ["RecordRoutes", "produce_response"]
+
+TOPIC = ResourceType.TOPIC
 
 # A binary fetch answer carries a follower read's extra fields as headers (the JSON forms: as fields).
 SERVED_BY_HEADER = "X-Txbroker-Served-By"
@@ -62,11 +66,19 @@ class RecordRoutes:
         self.txn_routes = txn_routes
 
     def register(self, app: web.Application) -> None:
-        r = app.router
-        r.add_post("/v1/topics/{topic}/records", self.produce_records)
-        r.add_get("/v1/topics/{topic}/partitions/{partition}/records", self.fetch)
-        r.add_post("/v1/producers/init", self.init_producer)
-        r.add_post("/v1/produce", self.produce)
+        r = RouteTable(app)
+        r.post("/v1/topics/{topic}/records", self.produce_records, Access.user(Need(Operation.WRITE, TOPIC, "topic")))
+        r.get("/v1/topics/{topic}/partitions/{partition}/records", self.fetch,
+              Access.user(Need(Operation.READ, TOPIC, "topic")))  # fmt: skip
+        r.post(
+            "/v1/producers/init",
+            self.init_producer,
+            Access.user(
+                body="WRITE on the transactional id; without one IDEMPOTENT_WRITE on CLUSTER or WRITE on some topic"
+            ),
+        )
+        r.post("/v1/produce", self.produce, Access.user(
+            body="WRITE on each topic, and on the transactional id of a transactional produce"))  # fmt: skip
 
     async def init_producer(self, request: web.Request) -> web.Response:
         raw = await request.read()
@@ -85,8 +97,17 @@ class RecordRoutes:
                 ErrorCode.INVALID_TRANSACTION_TIMEOUT,
                 f"transaction_timeout_ms must be between 1 and {parsing.INT32_MAX}",
             )
+        g = guard(request)
         if tid is not None:
+            g.require(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid)
             return await self.txn_routes.init_producer(request, raw, body, tid, timeout_ms)
+        if not g.allowed(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME) and not g.may_on_some(
+            Operation.WRITE, TOPIC
+        ):
+            raise BrokerError(
+                ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                f"{g.principal} needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic",
+            )
         pid = await self.s.producer_ids.next_producer_id()
         self.s.metrics.producer_ids_allocated.inc()
         return web.json_response({"producer_id": pid, "producer_epoch": 0})
@@ -99,6 +120,10 @@ class RecordRoutes:
             req = parsing.parse_json_produce(parsing.parse_json_object(raw))
         if not req.partitions:
             raise BrokerError(ErrorCode.INVALID_REQUEST, "partitions must not be empty")
+        g = guard(request)
+        if req.transactional_id is not None:
+            g.require(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id)
+        g.require_topics(Operation.WRITE, (p.topic for p in req.partitions))
         return produce_response(await self.s.partitions.produce(req))
 
     async def produce_records(self, request: web.Request) -> web.Response:

@@ -24,13 +24,17 @@ from coordinator.metadata import TopicPartition
 from coordinator.states import TransactionState
 
 from ..partitions import MARKER_PATH
+from ..security.acl import CLUSTER_NAME, Operation, ResourceType
 from ..txn.verification import VERIFY_PATH
 from . import parsing
+from .access import Access, AnyOf, Need, RouteTable, guard
 from .forwarding import Forwarder, Locate
 from .internal import require_internal
 from .services import Services
 
 __all__ = ["TxnRoutes"]
+
+DESCRIBE, WRITE, TXN = Operation.DESCRIBE, Operation.WRITE, ResourceType.TRANSACTIONAL_ID
 
 _MAX_PARTITIONS = 10_000
 _MAX_MEMBERS = 10_000
@@ -72,25 +76,57 @@ class TxnRoutes:
         self.forwarder = forwarder
 
     def register(self, app: web.Application) -> None:
-        r = app.router
-        r.add_get("/v1/coordinators/transaction/{transactional_id}", self.find_coordinator)
-        r.add_get("/v1/topics/{topic}/partitions/{partition}/producers", self.describe_producers)
-        r.add_get("/v1/transactions", self.list_transactions)
-        r.add_get("/v1/transactions/{transactional_id}", self.describe)
-        r.add_post("/v1/transactions/{transactional_id}/partitions", self.add_partitions)
-        r.add_post("/v1/transactions/{transactional_id}/end", self.end)
-        r.add_post("/v1/transactions/{transactional_id}/prepare", self.prepare)
-        r.add_post("/v1/transactions/{transactional_id}/release", self.release)
-        r.add_post("/v1/transactions/{transactional_id}/abort", self.abort)
-        r.add_post("/v1/transaction-groups/{group_id}/end", self.group_end)
-        r.add_post("/v1/transactions-by-prefix/abort", self.abort_prefix)
-        r.add_post(MARKER_PATH, self.internal_marker)
-        r.add_post(VERIFY_PATH, self.internal_verify)
-        r.add_post("/v1/internal/txn/bind", self.internal_bind)
-        r.add_post("/v1/internal/txn/resolve", self.internal_resolve)
-        r.add_post("/v1/internal/txn/decide", self.internal_decide)
-        r.add_post("/v1/internal/txn/list", self.internal_list)
-        r.add_post("/v1/internal/txn/abort-prefix", self.internal_abort_prefix)
+        r = RouteTable(app)
+        txn = "transactional_id"
+        r.get(
+            "/v1/coordinators/transaction/{transactional_id}",
+            self.find_coordinator,
+            Access.user(Need(DESCRIBE, TXN, txn)),
+        )
+        r.get(
+            "/v1/topics/{topic}/partitions/{partition}/producers",
+            self.describe_producers,
+            Access.user(Need(Operation.READ, ResourceType.TOPIC, "topic")),
+        )
+        r.get("/v1/transactions", self.list_transactions, Access.user(body="DESCRIBE on each transactional id listed"))
+        r.get("/v1/transactions/{transactional_id}", self.describe, Access.user(Need(DESCRIBE, TXN, txn)))
+        r.post(
+            "/v1/transactions/{transactional_id}/partitions",
+            self.add_partitions,
+            Access.user(Need(WRITE, TXN, txn), body="WRITE on each topic"),
+        )
+        r.post("/v1/transactions/{transactional_id}/end", self.end, Access.user(Need(WRITE, TXN, txn)))
+        r.post("/v1/transactions/{transactional_id}/prepare", self.prepare, Access.user(Need(WRITE, TXN, txn)))
+        r.post(
+            "/v1/transactions/{transactional_id}/release",
+            self.release,
+            Access.user(Need(WRITE, TXN, txn), body="WRITE on each topic"),
+        )
+        r.post(
+            "/v1/transactions/{transactional_id}/abort",
+            self.abort,
+            Access.user(AnyOf((Need(WRITE, TXN, txn), Need(Operation.ALTER, ResourceType.CLUSTER)))),
+        )
+        r.post(
+            "/v1/transaction-groups/{group_id}/end",
+            self.group_end,
+            Access.user(body="WRITE on every member's transactional id (no members: ALTER on CLUSTER)"),
+        )
+        r.post(
+            "/v1/transactions-by-prefix/abort",
+            self.abort_prefix,
+            Access.user(Need(Operation.ALTER, ResourceType.CLUSTER)),
+        )
+        for path, handler in (
+            (MARKER_PATH, self.internal_marker),
+            (VERIFY_PATH, self.internal_verify),
+            ("/v1/internal/txn/bind", self.internal_bind),
+            ("/v1/internal/txn/resolve", self.internal_resolve),
+            ("/v1/internal/txn/decide", self.internal_decide),
+            ("/v1/internal/txn/list", self.internal_list),
+            ("/v1/internal/txn/abort-prefix", self.internal_abort_prefix),
+        ):
+            r.post(path, handler, Access.nodes())
 
     # ---- plumbing -----------------------------------------------------------------------------
 
@@ -168,7 +204,9 @@ class TxnRoutes:
                 errors.append(r["error"])
             else:
                 local.extend(r["transactions"])
-        txns = sorted((t for t in local if t["transactional_id"].startswith(prefix)),
+        g = guard(request)
+        txns = sorted((t for t in local if t["transactional_id"].startswith(prefix)
+                       and g.may_describe(TXN, t["transactional_id"])),
                       key=lambda t: t["transactional_id"])  # fmt: skip
         return web.json_response({"transactions": txns, "unreachable": errors})
 
@@ -183,6 +221,7 @@ class TxnRoutes:
         raw, body = await self._body(request)
         pid, epoch = parsing.producer_identity(body)
         tps = _topic_partitions(body)
+        guard(request).require_topics(WRITE, (tp.topic for tp in tps))
 
         async def call() -> dict[str, Any]:
             return {"transactional_id": tid, key: _partitions_json(await op(tid, pid, epoch, tps))}
@@ -266,6 +305,11 @@ class TxnRoutes:
             members.append(GroupMember(parsing.identifier(tid, "transactional_id"), pid, epoch))
         if commit and not members:
             raise BrokerError(ErrorCode.INVALID_REQUEST, "a commit decision needs at least one member")
+        g = guard(request)
+        if not members:
+            g.require(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
+        for m in members:
+            g.require(WRITE, TXN, m.transactional_id)
 
         async def call() -> dict[str, Any]:
             self.txn.leading(group)  # NOT_COORDINATOR before any side effect elsewhere
