@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -15,10 +16,11 @@ from typing import Any
 from clients.admin import Admin
 from clients.protocol import BrokerError
 
-from .config import ConfigError, load_config, make_cluster_configs, write_configs
+from .config import ConfigError, NodeConfig, load_config, make_cluster_configs, write_configs
 from .prometheus_config import write_prometheus_files
 
 DEFAULT_BOOTSTRAP = "http://127.0.0.1:9091"
+SECURE_HELP = "HTTPS with a generated CA, authentication and ACLs; writes D/admin.toml, the super user's client config"
 
 
 def _print(obj: Any) -> None:
@@ -28,27 +30,60 @@ def _print(obj: Any) -> None:
 # ---- cluster ----------------------------------------------------------------------
 
 
+def _write_cluster(args: argparse.Namespace, d: Path) -> tuple[list[Path], Path | None]:
+    """Node configs (secured with ``--secure``) and prometheus.yml in ``d``; the paths and the admin config's."""
+    configs = make_cluster_configs(args.nodes, d, host=args.host, base_port=args.base_port)
+    admin: Path | None = None
+    if args.secure:
+        from .security.secure_init import secure_cluster
+
+        setup = secure_cluster(configs, d)
+        configs, admin = setup.configs, setup.admin_config
+        paths = write_configs(configs, d)
+        write_prometheus_files(
+            d,
+            [c.url for c in configs],
+            basic_auth=(setup.metrics_user, setup.metrics_password_file.name),
+            ca_file=str(setup.ca_file.relative_to(d)),
+        )
+    else:
+        paths = write_configs(configs, d)
+        write_prometheus_files(d, [c.url for c in configs])
+    return paths, admin
+
+
 def cmd_cluster_init(args: argparse.Namespace) -> int:
     d = Path(args.dir)
     existing = sorted(d.glob("node-*.toml"))
     if existing and not args.force:
         print(f"{d} already holds node configs; use --force to overwrite", file=sys.stderr)
         return 1
-    configs = make_cluster_configs(args.nodes, d, host=args.host, base_port=args.base_port)
-    write_configs(configs, d)
-    write_prometheus_files(d, [c.url for c in configs])
-    for c in configs:
-        print(f"node {c.node_id}: {c.url}  (raft {c.host}:{c.raft_port}, config {d / f'node-{c.node_id}.toml'})")
+    paths, admin = _write_cluster(args, d)
+    for p in paths:
+        c = load_config(p)
+        print(f"node {c.node_id}: {c.url}  (raft {c.host}:{c.raft_port}, config {p})")
+    if admin is not None:
+        print(f"admin client config (super user 'admin', keep it private): {admin}")
     return 0
 
 
-def wait_ready(urls: list[str], timeout: float) -> bool:
+def _client_ssl(configs: list[NodeConfig]) -> ssl.SSLContext | None:
+    """A context trusting the cluster's CA when its nodes serve HTTPS (system CAs without ``tls_ca_file``)."""
+    sec = configs[0].security if configs else None
+    if sec is None or not sec.tls:
+        return None
+    from .security.tls import client_context
+
+    return client_context(sec.tls_ca_file)
+
+
+def wait_ready(urls: list[str], timeout: float, ssl_context: ssl.SSLContext | None = None) -> bool:
     deadline = time.monotonic() + timeout
     pending = set(urls)
     while pending and time.monotonic() < deadline:
         for u in list(pending):
             try:
-                with urllib.request.urlopen(u + "/readyz", timeout=1) as resp:
+                with urllib.request.urlopen(u + "/readyz", timeout=1, context=ssl_context) as resp:
                     if resp.status == 200:
                         pending.discard(u)
             except OSError:
@@ -62,10 +97,14 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     d = Path(args.dir)
     paths = sorted(d.glob("node-*.toml"))
     if not paths:
-        configs = make_cluster_configs(args.nodes, d, host=args.host, base_port=args.base_port)
-        paths = write_configs(configs, d)
-        write_prometheus_files(d, [c.url for c in configs])
+        paths, _ = _write_cluster(args, d)
     configs = [load_config(p) for p in paths]
+    secure = any(c.security is not None and c.security.tls for c in configs)
+    if args.secure and not secure:
+        print(f"{d} holds node configs without TLS; `txbroker cluster init --secure --force --dir {d}` "
+              "rewrites them", file=sys.stderr)  # fmt: skip
+        return 2
+    client_ssl = _client_ssl(configs)
     procs: list[subprocess.Popen[bytes]] = []
     stopping = False
 
@@ -86,12 +125,15 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         )
     urls = [c.url for c in configs]
     try:
-        if not wait_ready(urls, args.timeout):
+        if not wait_ready(urls, args.timeout, client_ssl):
             print("cluster did not become ready; see the node-*.log files in " + str(d), file=sys.stderr)
             return 1
         for c in configs:
             print(f"node {c.node_id} ready: {c.url}")
         print(f"bootstrap: {urls[0]}", flush=True)
+        admin = d / "admin.toml"
+        if secure and admin.is_file():
+            print(f"admin client config: {admin}", flush=True)
         while not stopping and all(p.poll() is None for p in procs):
             time.sleep(0.2)
         for p, c in zip(procs, configs, strict=True):
@@ -283,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-port", type=int, default=9091)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--force", action="store_true")
+    p.add_argument("--secure", action="store_true", help=SECURE_HELP)
     p.set_defaults(fn=cmd_cluster_init)
     p = cluster.add_parser("up", help="start an N-node cluster as child processes")
     p.add_argument("--nodes", type=int, default=3)
@@ -290,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-port", type=int, default=9091)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness")
+    p.add_argument("--secure", action="store_true", help=SECURE_HELP + " (when D holds no node configs yet)")
     p.set_defaults(fn=cmd_cluster_up)
     p = cluster.add_parser("status", help="nodes, partitions, leaders, offsets and follower lag")
     bootstrap(p)

@@ -5,11 +5,18 @@ answers and is ready, a controller leader is known, no partition lacks a
 leader, and (stricter than rpk, so a rolling restart can wait on it) no
 partition is under-replicated. Partition lag and per-node figures come from
 each node's own ``/metrics`` -- the same numbers the dashboards show.
+
+A secure cluster is read over HTTPS: ``ssl_context`` trusts its CA (see
+``cluster.security.tls.client_context``) and ``auth`` is a (username,
+password) pair sent as HTTP Basic. ``bootstrap`` may list several node URLs,
+comma-separated (as the clients take it); the first that answers is used.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
 import urllib.error
 import urllib.request
 from collections import defaultdict
@@ -22,18 +29,51 @@ from prometheus_client.parser import text_string_to_metric_families
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 
-def _get(url: str, timeout: float) -> tuple[int, bytes]:
+@dataclass(frozen=True)
+class Access:
+    """How to reach a cluster's nodes: the TLS context trusting their CA, HTTP Basic credentials."""
+
+    ssl_context: ssl.SSLContext | None = None
+    auth: tuple[str, str] | None = None
+
+    def headers(self) -> dict[str, str]:
+        if self.auth is None:
+            return {}
+        token = base64.b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode()
+        return {"Authorization": f"Basic {token}"}
+
+
+OPEN = Access()
+
+
+def _get(url: str, timeout: float, access: Access = OPEN) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, headers=access.headers())
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(req, timeout=timeout, context=access.ssl_context) as resp:
             return int(resp.status), bytes(resp.read())
     except urllib.error.HTTPError as exc:
         return int(exc.code), bytes(exc.read())
 
 
-def scrape(url: str, timeout: float = 3.0) -> Samples | None:
+def _bootstrap_urls(bootstrap: str) -> list[str]:
+    return [u.strip().rstrip("/") for u in bootstrap.split(",") if u.strip()] or [bootstrap]
+
+
+def _metadata(bootstrap: str, timeout: float, access: Access) -> tuple[str, Any]:
+    """(the URL that answered, its /v1/metadata); raises the last error when none does."""
+    last: Exception = OSError(f"no bootstrap URL in {bootstrap!r}")
+    for base in _bootstrap_urls(bootstrap):
+        try:
+            return base, _json(base + "/v1/metadata", timeout, access)
+        except (OSError, ValueError) as exc:
+            last = exc
+    raise last
+
+
+def scrape(url: str, timeout: float = 3.0, access: Access = OPEN) -> Samples | None:
     """A node's /metrics as {sample name: [(labels, value)]}; None when it does not answer."""
     try:
-        status, body = _get(url.rstrip("/") + "/metrics", timeout)
+        status, body = _get(url.rstrip("/") + "/metrics", timeout, access)
     except OSError:
         return None
     if status != 200:
@@ -45,8 +85,8 @@ def scrape(url: str, timeout: float = 3.0) -> Samples | None:
     return out
 
 
-def _json(url: str, timeout: float) -> Any:
-    status, body = _get(url, timeout)
+def _json(url: str, timeout: float, access: Access = OPEN) -> Any:
+    status, body = _get(url, timeout, access)
     if status != 200:
         raise OSError(f"GET {url}: HTTP {status}")
     return json.loads(body)
@@ -113,24 +153,24 @@ class HealthReport:
         return "CLUSTER HEALTH OVERVIEW\n=======================\n" + "\n".join(f"{k:<{width}}{v}" for k, v in rows)
 
 
-def check_health(bootstrap: str, timeout: float = 3.0) -> HealthReport:
-    base = bootstrap.rstrip("/")
-    report = HealthReport(base)
+def check_health(bootstrap: str, timeout: float = 3.0, access: Access = OPEN) -> HealthReport:
+    report = HealthReport(bootstrap.rstrip("/"))
     try:
-        meta = _json(base + "/v1/metadata", timeout)
+        base, meta = _metadata(bootstrap, timeout, access)
     except (OSError, ValueError) as exc:
-        report.error = f"bootstrap {base} unreachable: {exc}"
+        report.error = f"bootstrap {report.bootstrap} unreachable: {exc}"
         return report
+    report.bootstrap = base
     report.controller_leader = meta.get("controller_leader")
     for n in meta["nodes"]:
         try:
-            status, _ = _get(n["url"] + "/readyz", timeout)
+            status, _ = _get(n["url"] + "/readyz", timeout, access)
             responding, ready = True, status == 200
         except OSError:
             responding = ready = False
         report.nodes.append(NodeHealth(n["id"], n["url"], responding, ready, bool(n.get("alive"))))
         if responding:
-            metrics = scrape(n["url"], timeout) or {}
+            metrics = scrape(n["url"], timeout, access) or {}
             for labels, value in metrics.get("txbroker_partitions_under_replicated", []):
                 if value > 0:
                     topic = labels.get("topic", "?")
@@ -159,11 +199,10 @@ def _by_labels(samples: Samples | None, name: str, *keys: str) -> dict[tuple[str
     return {tuple(lv.get(k, "") for k in keys): v for lv, v in (samples or {}).get(name, [])}
 
 
-def cluster_status(bootstrap: str, timeout: float = 3.0) -> str:
+def cluster_status(bootstrap: str, timeout: float = 3.0, access: Access = OPEN) -> str:
     """Nodes, partitions (leader, replicas, offsets, per-replica lag) and consumer lag as tables."""
-    base = bootstrap.rstrip("/")
-    meta = _json(base + "/v1/metadata", timeout)
-    scraped = {n["id"]: scrape(n["url"], timeout) for n in meta["nodes"]}
+    _base, meta = _metadata(bootstrap, timeout, access)
+    scraped = {n["id"]: scrape(n["url"], timeout, access) for n in meta["nodes"]}
     out = []
     node_rows = []
     for n in meta["nodes"]:

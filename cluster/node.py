@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import signal
+import ssl
 import sys
 import time
 from typing import Any
@@ -25,7 +26,7 @@ from storage.commands import RevokeResult, TxnMarkerResult
 from storage.store import NodeStore
 
 from .background import every
-from .config import ConfiguredNodes, NodeConfig
+from .config import ConfigError, ConfiguredNodes, NodeConfig
 from .controller import ControllerStateMachine
 from .controller_service import CONTROLLER_GROUP, ControllerService
 from .group_service import GroupService
@@ -39,6 +40,7 @@ from .readiness import missing_groups
 from .replicas import LocalReplica, ReplicaManager
 from .routed_produce import RoutedProducer
 from .seams import SystemClock, TopicDirectory
+from .security.tls import node_client_context, server_context
 from .topics import group_id_for
 from .txn import TransactionCoordinator, TxnTokens
 
@@ -129,11 +131,14 @@ class Node:
     """Every collaborator of one node, built and wired here; started, drained and closed together.
 
     Must be built on the running asyncio loop (the services schedule their tasks on it).
+    ``client_ssl`` is the context of this node's HTTPS calls to other nodes (``security.tls.node_client_context``;
+    None when the cluster serves plain HTTP).
     """
 
-    def __init__(self, config: NodeConfig, metrics: NodeMetrics) -> None:
+    def __init__(self, config: NodeConfig, metrics: NodeMetrics, client_ssl: ssl.SSLContext | None = None) -> None:
         self.config = config
         self.metrics = metrics
+        self.client_ssl = client_ssl
         self.loop = asyncio.get_running_loop()
         data = config.data_dir
         data.mkdir(parents=True, exist_ok=True)
@@ -342,20 +347,29 @@ class NodeServer:
     """A node plus its HTTP listener, started and stopped together."""
 
     def __init__(self, config: NodeConfig) -> None:
+        """Loads the TLS files first: a file that cannot be used raises ``ConfigError`` before anything starts."""
         self.config = config
+        sec = config.security
+        self.ssl_context: ssl.SSLContext | None = server_context(sec) if sec is not None and sec.tls else None
+        self.client_ssl_context = node_client_context(sec)
         self.metrics = NodeMetrics()
         self.node: Node | None = None
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
-        self.node = Node(self.config, self.metrics)
+        if self.config.security is None:
+            log.warning("node %d is open: no [security] section (anyone who reaches %s may do anything)",
+                        self.config.node_id, self.config.url)  # fmt: skip
+        self.node = Node(self.config, self.metrics, client_ssl=self.client_ssl_context)
         await self.node.start()
         self.metrics.add_collector(self.node.metrics_sample)
         self.metrics.start_loop_monitor()
         app = make_app(self.node.services())
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.host, self.config.http_port, reuse_address=True)
+        site = web.TCPSite(
+            self._runner, self.config.host, self.config.http_port, reuse_address=True, ssl_context=self.ssl_context
+        )
         await site.start()
         log.info("node %d serving %s", self.config.node_id, self.config.url)
 
@@ -370,7 +384,11 @@ class NodeServer:
 
 
 async def run_node(config: NodeConfig) -> int:
-    server = NodeServer(config)
+    try:
+        server = NodeServer(config)
+    except ConfigError as exc:
+        log.error("node %d cannot start: %s", config.node_id, exc)
+        return 2
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -12,4 +12,5 @@ and the controller (users and ACLs in its replicated state) stay thin adapters:
 - ``node_calls``: node-to-node calls signed per request (method, path, body hash, principal, time, nonce).
 - ``tls``: the SSL contexts of the HTTP listener and of node-to-node calls.
 - ``certs``: a CA and node certificates for ``cluster init --secure``.
+- ``secure_init``: what ``cluster init --secure`` writes (certificates, ``[security]`` sections, ``admin.toml``).
 """

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.prometheus_config import render_prometheus_config
-from tests.support.cluster import LocalCluster, http, wait_for
+from tests.support.cluster import LocalCluster, cluster_init_secure, http, wait_for
 from tests.support.dashboard_render import render_dashboard
 from tests.support.prometheus import (
     ALERTS,
@@ -242,3 +242,28 @@ def test_real_prometheus_scrapes_cluster_dashboards_and_alerts(
             png = out / name.replace(".json", ".png")
             with_data = render_dashboard(prom, d, t_start, time.time(), png, RATE_INTERVAL)
             assert png.stat().st_size > 10_000 and with_data > 0, name
+
+
+def test_real_prometheus_scrapes_secure_cluster_over_https(tmp_path: Path) -> None:
+    """The prometheus.yml of `cluster init --secure` (https, the cluster CA, the metrics user) scrapes every node."""
+    require_binary("prometheus")
+    require_binary("promtool")
+    d = tmp_path / "secure"
+    res = cluster_init_secure(d)
+    assert res.returncode == 0, res.stderr
+    config = d / "prometheus.yml"
+    check = promtool("check", "config", str(config))
+    assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
+    cluster = LocalCluster.from_dir(d)
+    try:
+        cluster.start_live()
+        workdir = tmp_path / "prometheus"
+        workdir.mkdir()
+        with prometheus(config, workdir) as prom:
+            wait_value(prom, 'sum(up{job="txbroker"})', lambda v: v == 3, "3 targets up over HTTPS")
+            targets = prom.api("targets")["activeTargets"]
+            assert sorted(t["scrapeUrl"] for t in targets) == [u + "/metrics" for u in cluster.urls]
+            assert all(t["health"] == "up" and not t["lastError"] for t in targets), targets
+            wait_value(prom, "count(txbroker_controller_is_leader)", lambda v: v == 3, "node metrics from every node")
+    finally:
+        cluster.close()

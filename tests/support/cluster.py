@@ -12,6 +12,8 @@ import contextlib
 import json
 import os
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cluster.config import NodeConfig, free_ports, make_cluster_configs, write_configs
+from cluster.config import NodeConfig, free_ports, load_config, make_cluster_configs, write_configs
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
@@ -52,14 +54,15 @@ def http(
     content_type: str = "application/json",
     timeout: float = 30.0,
     headers: dict[str, str] | None = None,
+    context: ssl.SSLContext | None = None,
 ) -> tuple[int, Any]:
-    """(status, decoded JSON or bytes). Never raises for HTTP error statuses."""
+    """(status, decoded JSON or bytes). Never raises for HTTP error statuses. ``context``: TLS for https URLs."""
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     if data is not None:
         req.add_header("Content-Type", content_type)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
             status, payload, ctype = resp.status, resp.read(), resp.headers.get("Content-Type", "")
     except urllib.error.HTTPError as exc:
         status, payload, ctype = exc.code, exc.read(), exc.headers.get("Content-Type", "")
@@ -96,6 +99,38 @@ def samples(url: str, name: str) -> list[tuple[dict[str, str], float]]:
     return [(s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples if s.name == name]
 
 
+def free_port_range(n: int, host: str = "127.0.0.1", attempts: int = 200) -> int:
+    """The first of ``n`` consecutive ports free right now (for ``txbroker cluster init --base-port``)."""
+    import random
+
+    for _ in range(attempts):
+        base = random.randrange(20_000, 60_000 - n)
+        socks: list[socket.socket] = []
+        try:
+            for port in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind((host, port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError(f"no {n} consecutive free ports found")
+
+
+def cluster_init_secure(directory: Path, n: int = 3) -> subprocess.CompletedProcess[str]:
+    """``txbroker cluster init --secure`` as an operator runs it, on ``2n`` consecutive free ports."""
+    base = free_port_range(2 * n)
+    return subprocess.run(
+        [sys.executable, "-m", "cluster", "cluster", "init", "--secure", "--dir", str(directory), "--nodes", str(n),
+         "--base-port", str(base)],
+        capture_output=True, text=True, timeout=60, check=False, cwd=str(REPO),
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )  # fmt: skip
+
+
 class LocalCluster:
     def __init__(self, directory: Path, n: int = 3, **config_overrides: Any) -> None:
         self.dir = directory
@@ -109,6 +144,24 @@ class LocalCluster:
         self.paths = write_configs(self.configs, directory)  # renders every setting off its default
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.logs: dict[int, Any] = {}
+        #: trusts the nodes' CA when they serve HTTPS (``from_dir`` of a ``cluster init --secure`` directory)
+        self.ssl_context: ssl.SSLContext | None = None
+
+    @classmethod
+    def from_dir(cls, directory: Path) -> LocalCluster:
+        """The cluster whose node configs ``directory`` already holds (``txbroker cluster init [--secure]``)."""
+        self = cls.__new__(cls)
+        self.dir = directory
+        self.paths = sorted(directory.glob("node-*.toml"), key=lambda p: int(p.stem.removeprefix("node-")))
+        self.configs = [load_config(p) for p in self.paths]
+        self.n = len(self.configs)
+        self.procs = {}
+        self.logs = {}
+        sec = self.configs[0].security
+        self.ssl_context = None
+        if sec is not None and sec.tls:
+            self.ssl_context = ssl.create_default_context(cafile=str(sec.tls_ca_file) if sec.tls_ca_file else None)
+        return self
 
     # ---- processes -------------------------------------------------------------
 
@@ -141,13 +194,28 @@ class LocalCluster:
         self.wait_ready(timeout=timeout)
         return self
 
+    def start_live(self, timeout: float = 60.0) -> LocalCluster:
+        """Start every node and wait until each serves ``/livez`` (readiness not awaited)."""
+        for i in range(1, self.n + 1):
+            self.start_node(i)
+        self.wait_live(timeout=timeout)
+        return self
+
     def wait_ready(self, nodes: list[int] | None = None, timeout: float = 60.0) -> None:
         for i in nodes or list(range(1, self.n + 1)):
             wait_for(lambda i=i: self.is_ready(i), timeout, f"node {i} /readyz")
 
     def is_ready(self, node_id: int) -> bool:
+        return self._answers(node_id, "/readyz")
+
+    def wait_live(self, nodes: list[int] | None = None, timeout: float = 60.0) -> None:
+        """Every node's HTTP listener answers ``/livez`` (serving, not necessarily ready)."""
+        for i in nodes or list(range(1, self.n + 1)):
+            wait_for(lambda i=i: self._answers(i, "/livez"), timeout, f"node {i} /livez")
+
+    def _answers(self, node_id: int, path: str) -> bool:
         try:
-            status, _ = http("GET", self.url(node_id) + "/readyz", timeout=2)
+            status, _ = http("GET", self.url(node_id) + path, timeout=2, context=self.ssl_context)
         except OSError:
             return False
         return status == 200
