@@ -27,6 +27,7 @@ from clients.protocol import PRODUCE_CONTENT_TYPE, BrokerError, ErrorCode
 from ..deadline import Deadline, deadline_scope
 from ..metrics import NodeMetrics
 from .admin import AdminRoutes
+from .controller_sync import register_controller_sync
 from .forwarding import TIMEOUT_HEADER, Forwarder
 from .groups import GroupRoutes
 from .records import RecordRoutes
@@ -137,4 +138,5 @@ def make_app(services: Services) -> web.Application:
     RecordRoutes(services, forwarder, txn_routes).register(app)
     txn_routes.register(app)
     GroupRoutes(services, forwarder).register(app)
+    register_controller_sync(app, services)
     return app
