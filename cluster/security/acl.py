@@ -60,14 +60,21 @@ _BINDING_KEYS = frozenset(
 _ANY = "ANY"
 
 
-class ResourceType(enum.Enum):
+class _FastHash(enum.Enum):
+    """Members hash by identity (in C; ``enum.Enum`` hashes the member's name in Python), which keeps the
+    authorizer's index lookups cheap. Members are singletons compared by identity, so nothing else changes."""
+
+    __hash__ = object.__hash__
+
+
+class ResourceType(_FastHash):
     TOPIC = "TOPIC"
     GROUP = "GROUP"
     CLUSTER = "CLUSTER"
     TRANSACTIONAL_ID = "TRANSACTIONAL_ID"
 
 
-class Operation(enum.Enum):
+class Operation(_FastHash):
     ALL = "ALL"
     READ = "READ"
     WRITE = "WRITE"
@@ -78,12 +85,12 @@ class Operation(enum.Enum):
     IDEMPOTENT_WRITE = "IDEMPOTENT_WRITE"
 
 
-class PatternType(enum.Enum):
+class PatternType(_FastHash):
     LITERAL = "LITERAL"
     PREFIXED = "PREFIXED"
 
 
-class Permission(enum.Enum):
+class Permission(_FastHash):
     ALLOW = "ALLOW"
     DENY = "DENY"
 

@@ -60,6 +60,9 @@ class _Grants:
     deny: frozenset[Operation]
 
 
+#: authorize_any's index key: (host, operation, permission, pattern type) -> resource names.
+_AnyKey = tuple[str, Operation, Permission, PatternType]
+
 #: The ACLs of one pattern: principal -> host -> grants.
 _Entry = dict[str, dict[str, _Grants]]
 
@@ -87,12 +90,13 @@ class Authorizer:
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         raw: dict[tuple[ResourceType, PatternType], dict[str, dict[str, dict[str, tuple[set[Operation], ...]]]]] = {}
-        by_principal: dict[tuple[ResourceType, str], list[AclBinding]] = {}
+        by_principal: dict[tuple[ResourceType, str], dict[_AnyKey, set[str]]] = {}
         for b in self.acls:
             hosts = raw.setdefault((b.resource_type, b.pattern_type), {}).setdefault(b.resource_name, {})
             allow, deny = hosts.setdefault(b.principal, {}).setdefault(b.host, (set(), set()))
             (allow if b.permission is Permission.ALLOW else deny).add(b.operation)
-            by_principal.setdefault((b.resource_type, b.principal), []).append(b)
+            names = by_principal.setdefault((b.resource_type, b.principal), {})
+            names.setdefault((b.host, b.operation, b.permission, b.pattern_type), set()).add(b.resource_name)
         built = {
             key: {
                 name: {
@@ -109,7 +113,7 @@ class Authorizer:
         self._prefixed: dict[ResourceType, _PrefixIndex] = {
             rt: _PrefixIndex(built.get((rt, PatternType.PREFIXED), {})) for rt in ResourceType
         }
-        self._by_principal = {key: tuple(bs) for key, bs in by_principal.items()}
+        self._by_principal = {key: {k: frozenset(v) for k, v in sets.items()} for key, sets in by_principal.items()}
 
     def __len__(self) -> int:
         return len(self.acls)
@@ -172,33 +176,38 @@ class Authorizer:
         ``authorizeByResourceType``)."""
         if self.authorize(principal, host, operation, resource_type, _PROBE_NAME):
             return True
-        deny_literal: set[str] = set()
-        deny_prefixed: set[str] = set()
-        allow_literal: set[str] = set()
-        allow_prefixed: set[str] = set()
-        wildcard_allow = False
+        found: dict[tuple[Permission, PatternType], list[frozenset[str]]] = {
+            (permission, pattern): [] for permission in Permission for pattern in PatternType
+        }
         principals = (principal,) if principal == WILDCARD_PRINCIPAL else (principal, WILDCARD_PRINCIPAL)
+        hosts = (host,) if host == WILDCARD_HOST else (host, WILDCARD_HOST)
+        operations = (operation,) if operation is Operation.ALL else (operation, Operation.ALL)
         for p in principals:
-            for b in self._by_principal.get((resource_type, p), ()):
-                if b.host not in (host, WILDCARD_HOST):
-                    continue
-                if b.operation is not operation and b.operation is not Operation.ALL:
-                    continue
-                literal = b.pattern_type is PatternType.LITERAL
-                if b.permission is Permission.DENY:
-                    if literal and b.resource_name == WILDCARD_RESOURCE:
-                        return False
-                    (deny_literal if literal else deny_prefixed).add(b.resource_name)
-                elif literal and b.resource_name == WILDCARD_RESOURCE:
-                    wildcard_allow = True
-                else:
-                    (allow_literal if literal else allow_prefixed).add(b.resource_name)
-        if wildcard_allow:
+            sets = self._by_principal.get((resource_type, p))
+            if not sets:
+                continue
+            for h in hosts:
+                for op in operations:
+                    for (permission, pattern), out in found.items():
+                        names = sets.get((h, op, permission, pattern))
+                        if names:
+                            out.append(names)
+        deny_literal = found[Permission.DENY, PatternType.LITERAL]
+        deny_prefixed: set[str] = set().union(*found[Permission.DENY, PatternType.PREFIXED])
+        allow_literal = found[Permission.ALLOW, PatternType.LITERAL]
+        if any(WILDCARD_RESOURCE in names for names in deny_literal):
+            return False
+        if any(WILDCARD_RESOURCE in names for names in allow_literal):
             return True
-        for name in allow_literal:
-            if name not in deny_literal and not _dominated(name, deny_prefixed):
-                return True
-        return any(not _dominated(prefix, deny_prefixed) for prefix in allow_prefixed)
+        for names in allow_literal:
+            for name in names:
+                if not any(name in denied for denied in deny_literal) and not _dominated(name, deny_prefixed):
+                    return True
+        return any(
+            not _dominated(prefix, deny_prefixed)
+            for names in found[Permission.ALLOW, PatternType.PREFIXED]
+            for prefix in names
+        )
 
 
 def _dominated(name: str, deny_prefixes: set[str]) -> bool:
