@@ -65,9 +65,7 @@ def handmade(header: dict[str, Any], payload: dict[str, Any], secret: bytes | No
 def verifier(tmp_path: Path, keys: list[dict[str, Any]], **over: Any) -> JwtVerifier:
     path = tmp_path / "jwks.json"
     path.write_text(json.dumps({"keys": keys}))
-    sec = SecurityConfig(
-        authentication=("bearer",), jwt_issuer=ISS, jwt_audience=AUD, jwt_jwks_file=path, **over
-    )
+    sec = SecurityConfig(authentication=("bearer",), jwt_issuer=ISS, jwt_audience=AUD, jwt_jwks_file=path, **over)
     v = JwtVerifier(sec)
     asyncio.run(v.start())
     return v
@@ -153,7 +151,10 @@ def test_keys_from_a_jwks_url() -> None:
         try:
             port = runner.addresses[0][1]
             sec = SecurityConfig(
-                authentication=("bearer",), jwt_issuer=ISS, jwt_audience=AUD, jwt_jwks_url=f"http://127.0.0.1:{port}/jwks"
+                authentication=("bearer",),
+                jwt_issuer=ISS,
+                jwt_audience=AUD,
+                jwt_jwks_url=f"http://127.0.0.1:{port}/jwks",
             )
             v = JwtVerifier(sec)
             await v.start()

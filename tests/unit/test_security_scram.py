@@ -57,7 +57,9 @@ def test_json_and_bootstrap_forms() -> None:
     cred = make_credential("pw", "SCRAM-SHA-256", FAST)
     assert ScramCredential.from_json(cred.to_json()) == cred
     doc = cred.to_json()
-    boot = BootstrapUser("admin", doc["mechanism"], doc["salt"], doc["iterations"], doc["stored_key"], doc["server_key"])
+    boot = BootstrapUser(
+        "admin", doc["mechanism"], doc["salt"], doc["iterations"], doc["stored_key"], doc["server_key"]
+    )
     assert ScramCredential.from_bootstrap(boot) == cred
     assert set(doc) == {"mechanism", "salt", "iterations", "stored_key", "server_key"}
 

@@ -78,7 +78,9 @@ def test_bootstrap_records_once_and_keeps_existing_users() -> None:
     mine, config_admin = cred("operator-set"), cred("from-config")
     _, v1 = run(SecurityView(), upsert_user_command("admin", [mine]))
     users = {"admin": {"SCRAM-SHA-256": config_admin}, "metrics": {"SCRAM-SHA-256": cred("m")}}
-    done, v2 = run(v1, bootstrap_command(users, [acl("User:metrics", "kafka-cluster", "DESCRIBE", resource_type="CLUSTER")]))
+    done, v2 = run(
+        v1, bootstrap_command(users, [acl("User:metrics", "kafka-cluster", "DESCRIBE", resource_type="CLUSTER")])
+    )
     assert done is True and v2.bootstrapped
     assert v2.users["admin"] == {"SCRAM-SHA-256": mine} and "metrics" in v2.users and len(v2.acls) == 1
     _, v3 = run(v2, delete_user_command("metrics"))
