@@ -15,7 +15,7 @@ A security command answers ``SecurityChange(index, result)`` so its proposer
 can wait until every node applied that index.
 
 Thread-safety: ``apply``/``write_snapshot``/``read_snapshot`` run on the Raft
-ticker thread. Other threads read ``view`` (an immutable value replaced
+ticker thread. Other threads read ``view`` and ``security`` (immutable values replaced
 atomically) and never see a half-applied command. ``on_change`` is called on
 the ticker thread after every state change; it must only hand off (e.g.
 ``loop.call_soon_threadsafe``).
@@ -182,22 +182,20 @@ class ControllerStateMachine:
         return self._last_applied
 
     def _persist(self, view: ControllerView, index: int, security: SecurityView | None = None) -> None:
+        new_security = security if security is not None and security is not self.security else None
         wb = WriteBatch(raw_mode=True)
         wb.put(_STATE_KEY, self._encode(view, index))
-        security_changed = security is not None and security is not self.security
-        if security_changed:
-            assert security is not None
-            wb.put(_SECURITY_KEY, self._encode_security(security))
+        if new_security is not None:
+            wb.put(_SECURITY_KEY, self._encode_security(new_security))
         self._store.write(wb)
         changed = view is not self.view
         self.view = view
-        if security_changed:
-            assert security is not None
-            self.security = security
+        if new_security is not None:
+            self.security = new_security
         self._last_applied = index
         if changed and self.on_change is not None:
             self.on_change(view)
-        if security_changed and self.on_security_change is not None:
+        if new_security is not None and self.on_security_change is not None:
             self.on_security_change(index)
 
     def apply(self, index: int, command: bytes) -> Any:
