@@ -3,7 +3,9 @@
 ``txbroker bench [produce|fetch|failover|idle|all]`` runs ``bench.produce``;
 ``txbroker bench <name>`` runs ``bench.<module>``'s ``main`` for clients
 (``bench.clients``), send-path (``bench.send_path``), consume, load, txn,
-copier, metrics and spark. Each of those also runs as ``python -m
+copier, metrics, spark and authz (``bench.authz``: one authorization
+decision with 10,000 ACLs, a credential cache hit against a miss; no
+cluster). Each of those also runs as ``python -m
 bench.<module>`` with the same flags. The Raft and storage layers' own
 benchmarks have no ``txbroker`` entry:
 

@@ -130,6 +130,7 @@ class ErrorCode(enum.Enum):
     UNSTABLE_OFFSET_COMMIT = (88, 503, True)
     THROTTLING_QUOTA_EXCEEDED = (89, 429, True)
     PRODUCER_FENCED = (90, 409, False)
+    RESOURCE_NOT_FOUND = (91, 404, False)
     TRANSACTIONAL_ID_NOT_FOUND = (105, 404, False)
     TRANSACTION_ABORTABLE = (120, 409, False)
     # Not a Kafka error: a carried marker's reservation was revoked on this partition

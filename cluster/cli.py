@@ -479,6 +479,7 @@ EXTRA_BENCHES = {
     "copier": "bench.copier",  # consume-transform-produce throughput, rebalance time
     "metrics": "bench.metrics",  # cost of a 1 s Prometheus scrape
     "spark": "bench.spark",  # Spark batch read/write vs the Python clients
+    "authz": "bench.authz",  # one authorization decision with 10,000 ACLs; credential cache hit vs miss
 }
 
 

@@ -6,8 +6,16 @@ small, so it is kept as one immutable ``ControllerView`` and persisted as a
 single checksummed JSON value together with the last applied Raft index (one
 RocksDB WriteBatch, DESIGN rule 3).
 
+Users and ACLs (``cluster.security_state.SecurityView``) are part of the same
+replicated state, kept beside the view and persisted under their own key
+(``C/security``), written only when they change, in the same WriteBatch as
+the applied index. A store without that key holds no users and no ACLs. A
+snapshot carries both (format 2; a format-1 snapshot has no security part).
+A security command answers ``SecurityChange(index, result)`` so its proposer
+can wait until every node applied that index.
+
 Thread-safety: ``apply``/``write_snapshot``/``read_snapshot`` run on the Raft
-ticker thread. Other threads read ``view`` (an immutable value replaced
+ticker thread. Other threads read ``view`` and ``security`` (immutable values replaced
 atomically) and never see a half-applied command. ``on_change`` is called on
 the ticker thread after every state change; it must only hand off (e.g.
 ``loop.call_soon_threadsafe``).
@@ -29,13 +37,17 @@ from clients.protocol import BrokerError, ErrorCode
 from raft.state_machine import NOOP_COMMAND
 from storage.store import NodeStore
 
+from .security_state import SECURITY_OPS, SecurityChange, SecurityView, apply_security
 from .topics import PartitionAssignment, TopicMetadata
 
 log = logging.getLogger(__name__)
 
 PRODUCER_ID_BLOCK_SIZE = 1000
 _STATE_KEY = b"C/state"
+_SECURITY_KEY = b"C/security"
 _FORMAT_VERSION = 1
+_SNAPSHOT_VERSION = 2  # a snapshot with its security part
+_SECURITY_VERSION = 1
 _HEAD = struct.Struct(">BIq")  # version, crc32c(json), last_applied
 
 
@@ -114,10 +126,16 @@ class ControllerStateMachine:
         self._store = store
         self._last_applied = 0
         self.view = ControllerView()
+        self.security = SecurityView()
         self.on_change: Callable[[ControllerView], None] | None = None
+        #: Called (ticker thread) with the applied index after every change of ``security``.
+        self.on_security_change: Callable[[int], None] | None = None
         raw = store.db.get(_STATE_KEY)
         if raw is not None:
             self.view, self._last_applied = self._decode(raw)
+        raw = store.db.get(_SECURITY_KEY)
+        if raw is not None:
+            self.security = self._decode_security(raw)
 
     @staticmethod
     def _encode(view: ControllerView, last_applied: int) -> bytes:
@@ -139,19 +157,46 @@ class ControllerStateMachine:
         except (ValueError, KeyError, TypeError) as exc:
             raise ControllerCorruptionError(f"controller state is unreadable: {exc}") from exc
 
+    @staticmethod
+    def _encode_security(security: SecurityView) -> bytes:
+        body = json.dumps(security.to_json(), separators=(",", ":")).encode()
+        return _HEAD.pack(_SECURITY_VERSION, crc32c.crc32c(body), 0) + body
+
+    @staticmethod
+    def _decode_security(raw: bytes) -> SecurityView:
+        if len(raw) < _HEAD.size:
+            raise ControllerCorruptionError("controller security state is truncated")
+        version, crc, _ = _HEAD.unpack_from(raw, 0)
+        body = raw[_HEAD.size :]
+        if version != _SECURITY_VERSION:
+            raise ControllerCorruptionError(f"unknown controller security state version {version}")
+        if crc32c.crc32c(body) != crc:
+            raise ControllerCorruptionError("controller security state failed its checksum")
+        try:
+            return SecurityView.from_json(json.loads(body))
+        except (ValueError, KeyError, TypeError, BrokerError) as exc:
+            raise ControllerCorruptionError(f"controller security state is unreadable: {exc}") from exc
+
     @property
     def last_applied(self) -> int:
         return self._last_applied
 
-    def _persist(self, view: ControllerView, index: int) -> None:
+    def _persist(self, view: ControllerView, index: int, security: SecurityView | None = None) -> None:
+        new_security = security if security is not None and security is not self.security else None
         wb = WriteBatch(raw_mode=True)
         wb.put(_STATE_KEY, self._encode(view, index))
+        if new_security is not None:
+            wb.put(_SECURITY_KEY, self._encode_security(new_security))
         self._store.write(wb)
         changed = view is not self.view
         self.view = view
+        if new_security is not None:
+            self.security = new_security
         self._last_applied = index
         if changed and self.on_change is not None:
             self.on_change(view)
+        if new_security is not None and self.on_security_change is not None:
+            self.on_security_change(index)
 
     def apply(self, index: int, command: bytes) -> Any:
         if index <= self._last_applied:
@@ -160,7 +205,12 @@ class ControllerStateMachine:
             if command == NOOP_COMMAND:
                 self._persist(self.view, index)
                 return None
-            result, view = self._apply(json.loads(command))
+            cmd = json.loads(command)
+            if isinstance(cmd, dict) and cmd.get("op") in SECURITY_OPS:
+                result, security = apply_security(self.security, cmd)
+                self._persist(self.view, index, security)
+                return result if isinstance(result, BrokerError) else SecurityChange(index, result)
+            result, view = self._apply(cmd)
             self._persist(view, index)
             return result
         except Exception as exc:  # a raise here would wedge the group on every replica
@@ -209,10 +259,29 @@ class ControllerStateMachine:
         return BrokerError(ErrorCode.INVALID_REQUEST, f"unknown controller command {op!r}"), v
 
     def write_snapshot(self, out: BinaryIO) -> None:
-        out.write(self._encode(self.view, self._last_applied))
+        body = json.dumps(
+            {"view": self.view.to_json(), "security": self.security.to_json()}, separators=(",", ":")
+        ).encode()
+        out.write(_HEAD.pack(_SNAPSHOT_VERSION, crc32c.crc32c(body), self._last_applied) + body)
 
     def read_snapshot(self, inp: BinaryIO, last_applied: int) -> None:
-        view, _ = self._decode(inp.read())
-        self._persist(view, last_applied)
+        raw = inp.read()
+        if len(raw) >= _HEAD.size and raw[0] == _SNAPSHOT_VERSION:
+            _, crc, _ = _HEAD.unpack_from(raw, 0)
+            body = raw[_HEAD.size :]
+            if crc32c.crc32c(body) != crc:
+                raise ControllerCorruptionError("controller snapshot failed its checksum")
+            try:
+                d = json.loads(body)
+                view = ControllerView.from_json(d["view"])
+                security = SecurityView.from_json(d["security"])
+            except (ValueError, KeyError, TypeError, BrokerError) as exc:
+                raise ControllerCorruptionError(f"controller snapshot is unreadable: {exc}") from exc
+        else:
+            view, _ = self._decode(raw)
+            security = SecurityView()
+        if security == self.security:
+            security = self.security
+        self._persist(view, last_applied, security)
         if self.on_change is not None:
             self.on_change(view)

@@ -8,6 +8,16 @@ and the nodes' URLs. Controller commands (create/delete topic, producer-id
 blocks) are proposed on this node's controller replica and answered
 ``NOT_CONTROLLER`` with the leader's URL when another node leads it.
 
+Users and ACLs live in the same replicated state. A change (a user's
+credential, ACLs) returns only after every live node applied it: the
+proposer asks each live peer ``POST /v1/internal/controller/applied``
+``{"index": N}``, which answers once that node's controller replica applied
+the change's Raft index (``wait_applied``), so a changed password or ACL
+holds on every node when the call returns. ``security_view()`` gives the
+``Authorizer`` and ``CredentialChecker`` of the current state, rebuilt on the
+loop when the state changes; readers never wait. The controller leader
+records the config's bootstrap users and ACLs once (``bootstrap_security``).
+
 Everything runs on the asyncio loop thread; the state machine's change
 callback arrives on a Raft thread and only hands off.
 """
@@ -15,8 +25,10 @@ callback arrives on a Raft thread and only hands off.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from clients.protocol import BrokerError, ErrorCode
@@ -35,14 +47,78 @@ from .deadline import Deadline, call_at_leader, current_deadline, loop_now
 from .peers import PeerView
 from .replicas import ReplicaManager
 from .seams import Clock, NodeDirectory, PeerClient
+from .security.acl import AclBinding, AclFilter, describe
+from .security.authorizer import Authorizer
+from .security.credentials import CredentialChecker
+from .security.principals import is_valid_principal, user_principal
+from .security.scram import (
+    DEFAULT_ITERATIONS,
+    MAX_ITERATIONS,
+    MECHANISMS,
+    MIN_ITERATIONS,
+    ScramCredential,
+    check_password,
+    make_credential,
+)
+from .security_state import (
+    SecurityChange,
+    SecurityView,
+    bootstrap_command,
+    create_acls_command,
+    delete_acls_command,
+    delete_user_command,
+    upsert_user_command,
+)
 from .topics import TopicMetadata, assign_replicas, group_id_for, validate_topic_config, validate_topic_name
 
-__all__ = ["CONTROLLER_GROUP", "PRODUCER_IDS_PATH", "ControllerService"]
+__all__ = [
+    "APPLIED_PATH",
+    "APPLIED_WAIT_S",
+    "CONTROLLER_GROUP",
+    "PRODUCER_IDS_PATH",
+    "ControllerService",
+    "SecurityRuntime",
+    "validate_user_name",
+]
 
 log = logging.getLogger(__name__)
 
 CONTROLLER_GROUP = "__controller"
 PRODUCER_IDS_PATH = "/v1/internal/producer-ids"
+#: A node answers once its controller replica applied ``{"index": N}`` (at most ``APPLIED_WAIT_S`` later).
+APPLIED_PATH = "/v1/internal/controller/applied"
+APPLIED_WAIT_S = 5.0
+_MAX_USER_NAME = 256
+_MAX_PASSWORD = 1024
+_APPLIED_POLL_S = 0.05  # a waiter looks again this often (an index may be applied without a security change)
+_BOOTSTRAP_RETRY_S = 0.5
+
+
+def validate_user_name(name: object) -> str:
+    """A user name: 1-256 printable characters, no ':' and no whitespace; INVALID_REQUEST otherwise."""
+    if (
+        not isinstance(name, str)
+        or not 0 < len(name) <= _MAX_USER_NAME
+        or not name.isprintable()
+        or ":" in name
+        or any(c.isspace() for c in name)
+        or not is_valid_principal(user_principal(name))
+    ):
+        raise BrokerError(
+            ErrorCode.INVALID_REQUEST,
+            f"a user name is 1-{_MAX_USER_NAME} printable characters without ':' or whitespace",
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class SecurityRuntime:
+    """What requests check against: the replicated users and ACLs as an ``Authorizer`` and a
+    ``CredentialChecker`` (``view`` is the state they were built from)."""
+
+    view: SecurityView
+    authorizer: Authorizer
+    credentials: CredentialChecker
 
 
 class ControllerService:
@@ -68,6 +144,9 @@ class ControllerService:
         self._nodes = nodes
         self._clock = clock
         self.group: RaftGroup | None = None
+        self._security: SecurityRuntime | None = None
+        self._applied = asyncio.Event()  # set (and replaced) when the replicated security state changes
+        self._bootstrap_task: asyncio.Task[None] | None = None
 
     def start(self, on_change: Callable[[ControllerView], None]) -> None:
         """Join the controller group; ``on_change`` runs on the loop after every metadata change."""
@@ -76,7 +155,12 @@ class ControllerService:
         def changed(view: ControllerView) -> None:  # Raft ticker thread: hand off to the loop
             loop.call_soon_threadsafe(on_change, view)
 
+        def security_changed(_index: int) -> None:  # Raft ticker thread: hand off to the loop
+            loop.call_soon_threadsafe(self._security_changed)
+
         self.sm.on_change = changed
+        self.sm.on_security_change = security_changed
+        self.security_view()
         members = [n.raft_address for n in self.config.nodes]
         self.group = self._raft.add_group(CONTROLLER_GROUP, members, self.sm, on_event=self._on_event)
 
@@ -84,6 +168,8 @@ class ControllerService:
         log.info(
             "controller leader is now %s (term %d, this node leads: %s)", event.leader, event.term, event.is_leader
         )
+        if event.is_leader:
+            self._maybe_bootstrap()
 
     # ---- nodes ------------------------------------------------------------------------------
 
@@ -204,22 +290,32 @@ class ControllerService:
 
     # ---- controller commands ------------------------------------------------------------------
 
+    def _not_controller(self, leader: str | None) -> BrokerError:
+        node = self.config.node_by_raft_address(leader) if leader else None
+        if node is None:  # our Raft has no leader yet; peers may know it
+            known = self._peer_view.controller_leader()
+            node = self.config.node(known) if known is not None and known != self.config.node_id else None
+        return BrokerError(
+            ErrorCode.NOT_CONTROLLER,
+            "this node is not the controller leader",
+            leader_id=node.id if node else None,
+            leader_url=node.url if node else None,
+        )
+
+    def _require_leader(self) -> None:
+        """NOT_CONTROLLER (with the leader's URL when known) unless this node leads the controller group."""
+        if self.group is None:
+            raise BrokerError(ErrorCode.NOT_CONTROLLER, "controller not started")
+        if not self.group.is_leader():
+            raise self._not_controller(self.group.leader())
+
     async def _submit(self, command: bytes) -> Any:
         if self.group is None:
             raise BrokerError(ErrorCode.NOT_CONTROLLER, "controller not started")
         try:
             result = await self.group.submit(command, timeout=self.config.request_timeout_ms / 1000)
         except NotLeaderError as exc:
-            node = self.config.node_by_raft_address(exc.leader) if exc.leader else None
-            if node is None:  # our Raft has no leader yet; peers may know it
-                known = self._peer_view.controller_leader()
-                node = self.config.node(known) if known is not None and known != self.config.node_id else None
-            raise BrokerError(
-                ErrorCode.NOT_CONTROLLER,
-                "this node is not the controller leader",
-                leader_id=node.id if node else None,
-                leader_url=node.url if node else None,
-            ) from exc
+            raise self._not_controller(exc.leader) from exc
         except RaftTimeoutError as exc:
             raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, "controller command timed out") from exc
         except RaftError as exc:
@@ -280,3 +376,184 @@ class ControllerService:
 
         deadline = current_deadline() or Deadline.after(loop_now(), self.config.request_timeout_ms / 1000)
         return await call_at_leader(resolve, attempt, deadline, what="producer-id block from the controller")
+
+    # ---- users and ACLs -------------------------------------------------------------------------
+
+    def security_view(self) -> SecurityRuntime:
+        """The authorizer and credential checker of the replicated state as this node has applied it."""
+        state = self.sm.security
+        current = self._security
+        if current is not None and current.view is state:
+            return current
+        sec = self.config.security
+        if current is not None and current.view.acls is state.acls:
+            authorizer = current.authorizer
+        else:
+            authorizer = Authorizer(
+                state.acls,
+                super_users=frozenset(sec.super_users) if sec is not None else frozenset(),
+                # an open node (no [security] section) lets everyone do what no ACL mentions
+                allow_everyone_if_no_acl_found=sec.allow_everyone_if_no_acl_found if sec is not None else True,
+            )
+        if current is None:
+            credentials = CredentialChecker(state.users)
+        else:
+            credentials = current.credentials
+            if current.view.users is not state.users:
+                credentials.replace_users(state.users)
+        self._security = SecurityRuntime(state, authorizer, credentials)
+        return self._security
+
+    def _security_changed(self) -> None:
+        self.security_view()
+        self._applied.set()
+        self._applied = asyncio.Event()
+
+    def users_json(self) -> list[dict[str, Any]]:
+        """``GET /v1/users``: every user's name and SCRAM mechanisms (never a secret)."""
+        return self.sm.security.users_json()
+
+    def describe_acls(self, flt: AclFilter) -> list[AclBinding]:
+        return describe(self.sm.security.acls, flt)
+
+    async def upsert_user(
+        self, name: object, mechanism: object, password: object = None, iterations: object = None
+    ) -> dict[str, Any]:
+        """Create or change a user's SCRAM credential; only the hashed credential is proposed.
+
+        The user's credentials of other mechanisms stay only if ``password`` is theirs too, so the
+        old password stops working whatever mechanism it was set with."""
+        user = validate_user_name(name)
+        if not isinstance(mechanism, str) or mechanism.strip().upper() not in MECHANISMS:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"mechanism must be one of {', '.join(MECHANISMS)}")
+        mech = mechanism.strip().upper()
+        if iterations is None:
+            iterations = DEFAULT_ITERATIONS
+        if isinstance(iterations, bool) or not isinstance(iterations, int):
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "iterations must be an integer")
+        if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+            raise BrokerError(
+                ErrorCode.INVALID_REQUEST, f"iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}"
+            )
+        if not isinstance(password, str) or not password or len(password) > _MAX_PASSWORD:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"password must be 1-{_MAX_PASSWORD} characters")
+        self._require_leader()
+        others = [c for m, c in self.sm.security.users.get(user, {}).items() if m != mech]
+        rounds = iterations
+
+        def derive() -> list[ScramCredential]:  # PBKDF2: in a worker thread
+            return [make_credential(password, mech, rounds), *(c for c in others if check_password(c, password))]
+
+        credentials = await asyncio.to_thread(derive)
+        change: SecurityChange = await self._submit(upsert_user_command(user, credentials))
+        await self._applied_everywhere(change.index)
+        return {
+            "name": user,
+            "mechanisms": sorted(c.mechanism for c in credentials),
+            "created": change.value["created"],
+        }
+
+    async def delete_user(self, name: object) -> None:
+        """Remove a user (RESOURCE_NOT_FOUND when there is none)."""
+        user = validate_user_name(name)
+        change: SecurityChange = await self._submit(delete_user_command(user))
+        await self._applied_everywhere(change.index)
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclBinding]:
+        """Add ACLs (one already there stays as it is); answers them."""
+        if not bindings:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "no ACLs given")
+        change: SecurityChange = await self._submit(create_acls_command(list(bindings)))
+        await self._applied_everywhere(change.index)
+        return list(bindings)
+
+    async def delete_acls(self, filters: Sequence[AclFilter]) -> list[AclBinding]:
+        """Remove every ACL one of ``filters`` matches; answers the removed ones."""
+        if not filters:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "no ACL filters given")
+        change: SecurityChange = await self._submit(delete_acls_command(list(filters)))
+        await self._applied_everywhere(change.index)
+        deleted: list[AclBinding] = change.value
+        return deleted
+
+    async def wait_applied(self, index: int, timeout: float = APPLIED_WAIT_S) -> int:
+        """Wait (without blocking the loop) until this node's controller replica applied ``index``; answers the
+        applied index. REQUEST_TIMED_OUT after ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while self.sm.last_applied < index:
+            left = end - loop.time()
+            if left <= 0:
+                raise BrokerError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"node {self.config.node_id} applied the controller log to {self.sm.last_applied}, not {index}",
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._applied.wait(), min(left, _APPLIED_POLL_S))
+        self.security_view()
+        return self.sm.last_applied
+
+    async def _applied_everywhere(self, index: int) -> None:
+        """Return once this node and every live peer applied ``index``.
+
+        A peer that cannot be reached is not live (it serves nobody); a live one that has not applied the
+        change within ``APPLIED_WAIT_S`` makes this REQUEST_TIMED_OUT (the change itself is committed)."""
+        me = self.config.node_id
+        peers = [n.id for n in self.config.nodes if n.id != me and self._peer_view.is_alive(n.id)]
+
+        async def at(node: int) -> BrokerError | None:
+            try:
+                await self._peers.call(node, APPLIED_PATH, {"index": index})
+            except BrokerError as exc:
+                if exc.error_code in (ErrorCode.NETWORK_EXCEPTION, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                    log.warning("node %d did not confirm controller index %d: %s", node, index, exc)
+                    return None
+                return exc
+            return None
+
+        await self.wait_applied(index)
+        failures = [(node, exc) for node, exc in zip(peers, await asyncio.gather(*(at(n) for n in peers)), strict=True)]
+        late = [(node, exc) for node, exc in failures if exc is not None]
+        if late:
+            detail = "; ".join(f"node {node}: {exc}" for node, exc in late)
+            raise BrokerError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"the change is committed, but not yet applied on every live node ({detail})",
+                committed=True,
+            )
+
+    def _maybe_bootstrap(self) -> None:
+        """On gaining the controller leadership: record the config's bootstrap users and ACLs once."""
+        sec = self.config.security
+        if sec is None or not (sec.bootstrap_users or sec.bootstrap_acls) or self.sm.security.bootstrapped:
+            return
+        if self._bootstrap_task is None or self._bootstrap_task.done():
+            self._bootstrap_task = asyncio.get_running_loop().create_task(self._bootstrap(), name="security-bootstrap")
+
+    async def _bootstrap(self) -> None:
+        sec = self.config.security
+        assert sec is not None
+        users: dict[str, dict[str, ScramCredential]] = {}
+        for u in sec.bootstrap_users:
+            try:
+                users.setdefault(validate_user_name(u.name), {})[u.mechanism] = ScramCredential.from_bootstrap(u)
+            except BrokerError as exc:
+                log.error("bootstrap user %r is not recorded: %s", u.name, exc)
+        bindings: list[AclBinding] = []
+        for raw in sec.bootstrap_acls:
+            try:
+                bindings.append(AclBinding.from_json(raw))
+            except BrokerError as exc:
+                log.error("bootstrap ACL %r is not recorded: %s", raw, exc)
+        while self.group is not None and self.group.is_leader() and not self.sm.security.bootstrapped:
+            try:
+                change: SecurityChange = await self._submit(bootstrap_command(users, bindings))
+            except BrokerError as exc:
+                if exc.error_code is ErrorCode.NOT_CONTROLLER:
+                    return
+                log.warning("recording the bootstrap users and ACLs failed (retrying): %s", exc)
+                await asyncio.sleep(_BOOTSTRAP_RETRY_S)
+                continue
+            if change.value:
+                log.info("recorded %d bootstrap users and %d bootstrap ACLs", len(users), len(bindings))
+            return

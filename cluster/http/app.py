@@ -31,6 +31,7 @@ from ..security.node_calls import NodeCallVerifier
 from .access import check_declared
 from .admin import AdminRoutes
 from .auth import Gatekeeper
+from .controller_sync import register_controller_sync
 from .forwarding import TIMEOUT_HEADER, Forwarder
 from .groups import GroupRoutes
 from .records import RecordRoutes
@@ -155,5 +156,6 @@ def make_app(services: Services) -> web.Application:
     txn_routes.register(app)
     GroupRoutes(services, forwarder).register(app)
     SecurityRoutes(services, forwarder).register(app)
+    register_controller_sync(app, services)
     check_declared(app)
     return app

@@ -43,7 +43,7 @@ ALLOWED: dict[str, set[str]] = {
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("infrastructure", ("background", "config", "topics", "controller", "replicas", "internal_groups", "peers",
                         "metrics", "sequencer", "producer_ids", "seams", "prometheus_config", "deadline",
-                        "readiness", "security", "security.*")),
+                        "readiness", "security", "security.*", "security_state")),
     ("services", ("controller_service", "partitions", "routed_produce", "group_service", "txn", "txn.*")),
     ("http", ("http", "http.*")),
     ("process", ("node", "cli", "__main__", "health", "client_commands", "copier")),
