@@ -26,9 +26,12 @@ from clients.protocol import PRODUCE_CONTENT_TYPE, BrokerError, ErrorCode
 
 from ..deadline import Deadline, deadline_scope
 from ..metrics import NodeMetrics
+from ..security.node_calls import NodeCallSigner, NodeCallVerifier
+from ..security.principals import NODE_CALL_KEY, PRINCIPAL_KEY
 from .admin import AdminRoutes
 from .forwarding import TIMEOUT_HEADER, Forwarder
 from .groups import GroupRoutes
+from .node_auth import verify_node_call
 from .records import RecordRoutes
 from .services import Readiness, Services
 from .topics import TopicRoutes
@@ -115,12 +118,34 @@ def make_middlewares(metrics: NodeMetrics, request_timeout_s: float = 30.0) -> l
     return [errors_and_metrics]
 
 
+def node_call_middleware(verifier: NodeCallVerifier) -> Any:
+    """Node-to-node calls: a request's ``X-Txbroker-Node-Call`` verified before any handler runs.
+
+    The verified call is kept under ``NODE_CALL_KEY``; a forwarded call's principal under ``PRINCIPAL_KEY``.
+    A bad, stale or replayed one is 403 ``CLUSTER_AUTHORIZATION_FAILED`` (``cluster.http.node_auth``).
+    """
+
+    @web.middleware
+    async def node_calls(request: web.Request, handler: Handler) -> web.StreamResponse:
+        call = await verify_node_call(request, verifier)
+        if call is not None:
+            request[NODE_CALL_KEY] = call
+            if call.principal is not None:
+                request[PRINCIPAL_KEY] = call.principal
+        return await handler(request)
+
+    return node_calls
+
+
 def make_app(services: Services) -> web.Application:
     request_timeout_s = services.config.request_timeout_ms / 1000
-    forwarder = Forwarder(services.nodes, services.peers, request_timeout_s)
+    secret = services.config.cluster_secret
+    signer = NodeCallSigner(secret, services.config.node_id)
+    forwarder = Forwarder(services.nodes, services.peers, request_timeout_s, signer=signer)
+    verifier = NodeCallVerifier(secret, senders=services.nodes.node_ids())
     app = web.Application(
         client_max_size=services.config.max_request_bytes,
-        middlewares=make_middlewares(services.metrics, request_timeout_s),
+        middlewares=[*make_middlewares(services.metrics, request_timeout_s), node_call_middleware(verifier)],
     )
 
     async def on_startup(_app: web.Application) -> None:
