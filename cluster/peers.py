@@ -105,7 +105,7 @@ class PeerView:
         addr = self._config.node(peer.node_id)
         if addr is None or self._session is None:
             return
-        headers = {NODE_CALL_HEADER: self._signer.sign("GET", STATE_PATH, b"", None)}
+        headers = {NODE_CALL_HEADER: self._signer.sign("GET", STATE_PATH, b"", None, receiver=peer.node_id)}
         try:
             async with self._session.get(addr.url + STATE_PATH, headers=headers) as resp:
                 if resp.status != 200:

@@ -99,6 +99,15 @@ class Forwarder:
             await self._session.close()
             self._session = None
 
+    def node_at(self, url: str) -> int | None:
+        """The id of the node whose URL ``url`` is; None if it is no node of this cluster."""
+        url = url.rstrip("/")
+        for node_id in self._nodes.node_ids():
+            known = self._nodes.node_url(node_id)
+            if known is not None and known.rstrip("/") == url:
+                return node_id
+        return None
+
     def deadline(self) -> Deadline:
         """The deadline of the request being served (the node's request timeout from now outside one)."""
         return current_deadline() or Deadline.after(loop_now(), self._request_timeout_s)
@@ -114,6 +123,8 @@ class Forwarder:
         """
         if self._session is None:
             raise BrokerError(unreachable, "node is starting")
+        if self.node_at(url) is None:  # a node call goes to nodes of the cluster only
+            raise BrokerError(unreachable, f"{url} is no node of this cluster")
         session = self._session
         deadline = self.deadline()
         # The target exactly as received (ASCII: the HTTP parser refuses anything else), sent and signed as is.
@@ -125,14 +136,19 @@ class Forwarder:
             if last is None:
                 return (locate() if locate is not None else None) or url
             hint = last.extra.get("coordinator_url") or last.extra.get("leader_url")
-            if isinstance(hint, str) and hint:
+            if isinstance(hint, str) and hint and self.node_at(hint) is not None:
                 return hint.rstrip("/")
             return (locate() if locate is not None else None) or url
 
         async def attempt(target: str) -> web.Response:
             left = deadline.remaining(loop_now())
             timeout_ms = str(max(1, int(left * 1000)))
-            signature = self._signer.sign(request.method, path_qs, raw, principal, body_digest=digest)
+            receiver = self.node_at(target)
+            if receiver is None:  # locate() named no node of the cluster
+                raise BrokerError(ErrorCode.NETWORK_EXCEPTION, f"{target} is no node of this cluster")
+            signature = self._signer.sign(
+                request.method, path_qs, raw, principal, receiver=receiver, body_digest=digest
+            )
             headers = {NODE_CALL_HEADER: signature, "Content-Type": "application/json", TIMEOUT_HEADER: timeout_ms}
             try:
                 async with session.request(
@@ -215,14 +231,15 @@ class Forwarder:
 
         Bounded by the request's deadline; not retried here (a plain write must not be duplicated).
         """
-        if self._session is None:
+        receiver = self.node_at(url)
+        if self._session is None or receiver is None:
             return None
         left = self.deadline().remaining(loop_now())
         if left <= 0:
             return None
         body = encode_produce_request(ProduceRequest((part,), timeout_ms=max(1, int(left * 1000))))
         digest = await body_sha256_async(body)
-        signature = self._signer.sign("POST", _PRODUCE_PATH, body, principal, body_digest=digest)
+        signature = self._signer.sign("POST", _PRODUCE_PATH, body, principal, receiver=receiver, body_digest=digest)
         try:
             async with self._session.post(
                 url + _PRODUCE_PATH,

@@ -126,7 +126,9 @@ class PeerHttpClient:
             raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"node {node_id} unknown")
         timeout = timeout_for(self._request_timeout_s)
         raw = json.dumps(body).encode()
-        signature = self._signer.sign("POST", path, raw, None, body_digest=await body_sha256_async(raw))
+        signature = self._signer.sign(
+            "POST", path, raw, None, receiver=node_id, body_digest=await body_sha256_async(raw)
+        )
         auth = f"{NODE_CALL_HEADER}: {signature}\r\n".encode("ascii")
         try:
             resp = await self._pool.post(url + path, raw, "application/json", timeout, auth)

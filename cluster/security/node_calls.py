@@ -1,4 +1,4 @@
-"""Node-to-node calls signed per request: who sent it, for whom, when, and that it is sent once.
+"""Node-to-node calls signed per request: who sent it, to whom, for whom, when, and that it is sent once.
 
 Every call one node makes to another -- an internal endpoint (``/v1/internal/*``),
 or a client request proxied to the node that can answer it -- carries one header::
@@ -13,11 +13,14 @@ or a client request proxied to the node that can answer it -- carries one header
   internal call);
 - ``s``: HMAC-SHA256, lowercase hex, of the canonical string (fields joined by ``\\n``)::
 
-      txbroker-node-call / v1 / METHOD / path?query / SHA-256 hex of the body / p / n / t / c
+      txbroker-node-call / v1 / METHOD / path?query / SHA-256 hex of the body / p / n / receiver / t / c
 
   under a key derived from the cluster secret (HKDF-SHA256, fixed salt and label: the raw secret keys
   nothing). The path and query are the request target exactly as sent (the receiver checks its
-  ``raw_path_qs``), so a call cannot be moved to another route, query, body or principal.
+  ``raw_path_qs``); ``receiver`` is the id of the node the call is sent to, which is not in the header:
+  the receiver puts its own id there. So a call cannot be moved to another route, query, body,
+  principal -- or node: replay memory is per receiver, and a call captured on its way to one node is
+  refused by every other.
 
 The verifier (``NodeCallVerifier``) accepts a call once:
 
@@ -131,10 +134,11 @@ def _decode_principal(p: str) -> str | None:
     return principal
 
 
-def _canonical(method: str, path_qs: str, digest: str, p: str, sender: int, t_ms: int, nonce: str) -> bytes:
-    return "\n".join((_CANONICAL_TAG, VERSION, method, path_qs, digest, p, str(sender), str(t_ms), nonce)).encode(
-        "ascii"
-    )
+def _canonical(
+    method: str, path_qs: str, digest: str, p: str, sender: int, receiver: int, t_ms: int, nonce: str
+) -> bytes:
+    fields = (_CANONICAL_TAG, VERSION, method, path_qs, digest, p, str(sender), str(receiver), str(t_ms), nonce)
+    return "\n".join(fields).encode("ascii")
 
 
 def _check_target(method: str, path_qs: str) -> None:
@@ -157,15 +161,25 @@ class NodeCallSigner:
         self._clock = clock
 
     def sign(
-        self, method: str, path_qs: str, body: bytes, principal: str | None, *, body_digest: str | None = None
+        self,
+        method: str,
+        path_qs: str,
+        body: bytes,
+        principal: str | None,
+        *,
+        receiver: int,
+        body_digest: str | None = None,
     ) -> str:
-        """The ``X-Txbroker-Node-Call`` header value of one call (``body_digest``: ``body_sha256(body)``)."""
+        """The ``X-Txbroker-Node-Call`` header value of one call to node ``receiver``.
+
+        ``body_digest``: ``body_sha256(body)``, if the caller has it (then ``body`` is not read)."""
         _check_target(method, path_qs)
         p = _encode_principal(principal)
         digest = body_digest if body_digest is not None else body_sha256(body)
         t_ms = int(self._clock() * 1000)
         nonce = f"{self.boot}.{next(self._counter)}"
-        sig = hmac.new(self._key, _canonical(method, path_qs, digest, p, self.node_id, t_ms, nonce), hashlib.sha256)
+        canonical = _canonical(method, path_qs, digest, p, self.node_id, receiver, t_ms, nonce)
+        sig = hmac.new(self._key, canonical, hashlib.sha256)
         return f"{VERSION} n={self.node_id},t={t_ms},c={nonce},p={p},s={sig.hexdigest()}"
 
 
@@ -197,12 +211,14 @@ class _Window:
 
 
 class NodeCallVerifier:
-    """Checks node-call headers: signature, freshness, not before this verifier started, never twice."""
+    """Checks the node-call headers of calls to node ``node_id``: signature, freshness, not before this
+    verifier started, never twice."""
 
     def __init__(
         self,
         secret: str,
         *,
+        node_id: int,
         senders: Collection[int] | None = None,
         max_skew_s: float = 30.0,
         start_skew_s: float = 1.0,
@@ -214,6 +230,7 @@ class NodeCallVerifier:
         if max_skew_s <= 0 or start_skew_s < 0 or window < 1 or max_boots < 1 or max_senders < 1:
             raise ValueError("bad node-call verifier bounds")
         self._key = derive_key(secret)
+        self.node_id = node_id
         self._senders = frozenset(senders) if senders is not None else None
         self._skew_ms = int(max_skew_s * 1000)
         self._window = window
@@ -242,9 +259,10 @@ class NodeCallVerifier:
         if not _METHOD_RE.fullmatch(method) or not path_qs.isascii():
             raise NodeCallRejected("request target cannot be signed")
         digest = body_digest if body_digest is not None else body_sha256(body)
-        want = hmac.new(self._key, _canonical(method, path_qs, digest, p, sender, t_ms, nonce), hashlib.sha256)
+        canonical = _canonical(method, path_qs, digest, p, sender, self.node_id, t_ms, nonce)
+        want = hmac.new(self._key, canonical, hashlib.sha256)
         if not hmac.compare_digest(want.hexdigest().encode("ascii"), sig.encode("ascii")):
-            raise NodeCallRejected("bad signature")
+            raise NodeCallRejected("bad signature (or signed for another node)")
         if self._senders is not None and sender not in self._senders:
             raise NodeCallRejected(f"node {sender} is not a node of this cluster")
         principal = _decode_principal(p)

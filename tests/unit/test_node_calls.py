@@ -23,6 +23,7 @@ SECRET = "cluster-secret-for-tests"
 PATH = "/v1/internal/txn/decide?x=%2F%7E&t=%C3%A9t%C3%A9"
 BODY = b'{"transactional_id": "t-1"}'
 T0 = 1_800_000_000.0
+RECEIVER = 7
 
 
 class Clock:
@@ -35,7 +36,7 @@ class Clock:
 
 def pair(clock: Clock | None = None, **kw: object) -> tuple[NodeCallSigner, NodeCallVerifier, Clock]:
     clock = clock or Clock()
-    return NodeCallSigner(SECRET, 2, clock=clock), NodeCallVerifier(SECRET, clock=clock, **kw), clock  # type: ignore[arg-type]
+    return NodeCallSigner(SECRET, 2, clock=clock), NodeCallVerifier(SECRET, node_id=RECEIVER, clock=clock, **kw), clock  # type: ignore[arg-type]
 
 
 def fields(header: str) -> dict[str, str]:
@@ -50,21 +51,28 @@ def rebuild(f: dict[str, str]) -> str:
 
 def test_round_trip_internal_and_forwarded() -> None:
     signer, verifier, _ = pair()
-    assert verifier.verify("POST", PATH, BODY, signer.sign("POST", PATH, BODY, None)) == NodeCall(2, None)
-    call = verifier.verify("GET", "/v1/topics/x", b"", signer.sign("GET", "/v1/topics/x", b"", "User:alice"))
+    assert verifier.verify("POST", PATH, BODY, signer.sign("POST", PATH, BODY, None, receiver=RECEIVER)) == NodeCall(
+        2, None
+    )
+    call = verifier.verify(
+        "GET", "/v1/topics/x", b"", signer.sign("GET", "/v1/topics/x", b"", "User:alice", receiver=RECEIVER)
+    )
     assert call == NodeCall(2, "User:alice")
     unicode = "User:\u00e9t\u00e9 \u4e16\u754c"
-    assert verifier.verify("POST", "/", b"", signer.sign("POST", "/", b"", unicode)).principal == unicode
+    assert (
+        verifier.verify("POST", "/", b"", signer.sign("POST", "/", b"", unicode, receiver=RECEIVER)).principal
+        == unicode
+    )
 
 
 def test_the_header_has_the_documented_shape_and_the_key_is_not_the_secret() -> None:
     signer, _, _ = pair()
-    header = signer.sign("POST", PATH, BODY, "User:bob")
+    header = signer.sign("POST", PATH, BODY, "User:bob", receiver=RECEIVER)
     assert re.fullmatch(r"v1 n=2,t=\d+,c=[0-9a-f]{16}\.1,p=[A-Za-z0-9_-]+,s=[0-9a-f]{64}", header), header
     f = fields(header)
     assert base64.urlsafe_b64decode(f["p"] + "=" * (-len(f["p"]) % 4)) == b"User:bob"
     canonical = "\n".join(
-        ("txbroker-node-call", "v1", "POST", PATH, body_sha256(BODY), f["p"], "2", f["t"], f["c"])
+        ("txbroker-node-call", "v1", "POST", PATH, body_sha256(BODY), f["p"], "2", str(RECEIVER), f["t"], f["c"])
     ).encode()
     assert hmac.new(derive_key(SECRET), canonical, hashlib.sha256).hexdigest() == f["s"]
     assert hmac.new(SECRET.encode(), canonical, hashlib.sha256).hexdigest() != f["s"]
@@ -85,14 +93,14 @@ def test_the_header_has_the_documented_shape_and_the_key_is_not_the_secret() -> 
 )
 def test_an_altered_request_is_rejected(method: str, path: str, body: bytes) -> None:
     signer, verifier, _ = pair()
-    header = signer.sign("POST", PATH, BODY, None)
+    header = signer.sign("POST", PATH, BODY, None, receiver=RECEIVER)
     with pytest.raises(NodeCallRejected, match="bad signature"):
         verifier.verify(method, path, body, header)
 
 
 def test_altered_principal_sender_timestamp_nonce_are_rejected() -> None:
     signer, verifier, _ = pair()
-    f = fields(signer.sign("POST", PATH, BODY, "User:alice"))
+    f = fields(signer.sign("POST", PATH, BODY, "User:alice", receiver=RECEIVER))
     other_p = base64.urlsafe_b64encode(b"User:admin").rstrip(b"=").decode()
     t = int(f["t"])
     boot, counter = f["c"].split(".")
@@ -111,27 +119,36 @@ def test_altered_principal_sender_timestamp_nonce_are_rejected() -> None:
     assert verifier.verify("POST", PATH, BODY, rebuild(f)) == NodeCall(2, "User:alice")
 
 
+def test_a_call_signed_for_another_node_is_rejected_there() -> None:
+    clock = Clock()
+    signer = NodeCallSigner(SECRET, 2, clock=clock)
+    to_3 = signer.sign("POST", PATH, BODY, None, receiver=3)
+    with pytest.raises(NodeCallRejected, match="bad signature"):
+        NodeCallVerifier(SECRET, node_id=4, clock=clock).verify("POST", PATH, BODY, to_3)
+    assert NodeCallVerifier(SECRET, node_id=3, clock=clock).verify("POST", PATH, BODY, to_3).sender == 2
+
+
 def test_another_secret_is_rejected() -> None:
     clock = Clock()
-    header = NodeCallSigner("another-secret", 2, clock=clock).sign("POST", PATH, BODY, None)
+    header = NodeCallSigner("another-secret", 2, clock=clock).sign("POST", PATH, BODY, None, receiver=RECEIVER)
     with pytest.raises(NodeCallRejected, match="bad signature"):
-        NodeCallVerifier(SECRET, clock=clock).verify("POST", PATH, BODY, header)
+        NodeCallVerifier(SECRET, node_id=RECEIVER, clock=clock).verify("POST", PATH, BODY, header)
 
 
 def test_stale_and_future_timestamps_are_rejected() -> None:
     clock = Clock()
-    verifier = NodeCallVerifier(SECRET, clock=clock, max_skew_s=30.0, start_skew_s=60.0)
-    old = NodeCallSigner(SECRET, 1, clock=Clock(T0 - 30.001)).sign("GET", "/", b"", None)
+    verifier = NodeCallVerifier(SECRET, node_id=RECEIVER, clock=clock, max_skew_s=30.0, start_skew_s=60.0)
+    old = NodeCallSigner(SECRET, 1, clock=Clock(T0 - 30.001)).sign("GET", "/", b"", None, receiver=RECEIVER)
     with pytest.raises(NodeCallRejected, match="stale"):
         verifier.verify("GET", "/", b"", old)
-    edge = NodeCallSigner(SECRET, 1, clock=Clock(T0 - 30.0)).sign("GET", "/", b"", None)
+    edge = NodeCallSigner(SECRET, 1, clock=Clock(T0 - 30.0)).sign("GET", "/", b"", None, receiver=RECEIVER)
     assert verifier.verify("GET", "/", b"", edge).sender == 1
-    future = NodeCallSigner(SECRET, 1, clock=Clock(T0 + 30.001)).sign("GET", "/", b"", None)
+    future = NodeCallSigner(SECRET, 1, clock=Clock(T0 + 30.001)).sign("GET", "/", b"", None, receiver=RECEIVER)
     with pytest.raises(NodeCallRejected, match="future"):
         verifier.verify("GET", "/", b"", future)
     # a call that was fresh goes stale as the verifier's clock moves on
     signer = NodeCallSigner(SECRET, 1, clock=clock)
-    header = signer.sign("GET", "/", b"", None)
+    header = signer.sign("GET", "/", b"", None, receiver=RECEIVER)
     clock.now += 31
     with pytest.raises(NodeCallRejected, match="stale"):
         verifier.verify("GET", "/", b"", header)
@@ -139,15 +156,15 @@ def test_stale_and_future_timestamps_are_rejected() -> None:
 
 def test_the_freshness_bound_is_configurable() -> None:
     clock = Clock()
-    verifier = NodeCallVerifier(SECRET, clock=clock, max_skew_s=5.0, start_skew_s=10.0)
-    header = NodeCallSigner(SECRET, 1, clock=Clock(T0 - 6)).sign("GET", "/", b"", None)
+    verifier = NodeCallVerifier(SECRET, node_id=RECEIVER, clock=clock, max_skew_s=5.0, start_skew_s=10.0)
+    header = NodeCallSigner(SECRET, 1, clock=Clock(T0 - 6)).sign("GET", "/", b"", None, receiver=RECEIVER)
     with pytest.raises(NodeCallRejected, match="stale"):
         verifier.verify("GET", "/", b"", header)
 
 
 def test_the_same_header_is_accepted_once() -> None:
     signer, verifier, clock = pair()
-    header = signer.sign("POST", PATH, BODY, None)
+    header = signer.sign("POST", PATH, BODY, None, receiver=RECEIVER)
     verifier.verify("POST", PATH, BODY, header)
     for _ in range(3):
         with pytest.raises(NodeCallRejected, match="replayed"):
@@ -159,7 +176,7 @@ def test_the_same_header_is_accepted_once() -> None:
 
 def test_out_of_order_nonces_within_the_window_are_accepted_once_each() -> None:
     signer, verifier, _ = pair(window=64)
-    headers = [signer.sign("GET", "/", b"", None) for _ in range(64)]
+    headers = [signer.sign("GET", "/", b"", None, receiver=RECEIVER) for _ in range(64)]
     order = list(range(63, -1, -1))  # newest first, then every older one
     order[10], order[40] = order[40], order[10]
     for i in order:
@@ -171,7 +188,7 @@ def test_out_of_order_nonces_within_the_window_are_accepted_once_each() -> None:
 
 def test_the_window_slides_and_what_falls_below_it_is_rejected() -> None:
     signer, verifier, _ = pair(window=8)
-    headers = [signer.sign("GET", "/", b"", None) for _ in range(30)]
+    headers = [signer.sign("GET", "/", b"", None, receiver=RECEIVER) for _ in range(30)]
     verifier.verify("GET", "/", b"", headers[0])
     verifier.verify("GET", "/", b"", headers[9])  # counter 10: the window is now counters 3..10
     with pytest.raises(NodeCallRejected, match="below the replay window"):
@@ -190,75 +207,90 @@ def test_the_window_slides_and_what_falls_below_it_is_rejected() -> None:
 def test_a_huge_counter_jump_does_not_grow_the_window() -> None:
     # The counter is signed, so only a node could jump it; the bitmap still never exceeds the window.
     clock = Clock()
-    verifier = NodeCallVerifier(SECRET, clock=clock, window=16)
+    verifier = NodeCallVerifier(SECRET, node_id=RECEIVER, clock=clock, window=16)
     signer = NodeCallSigner(SECRET, 1, clock=clock)
     signer._counter = itertools.count(2**62)  # a signer that ran for a very long time
-    verifier.verify("GET", "/", b"", signer.sign("GET", "/", b"", None))
+    verifier.verify("GET", "/", b"", signer.sign("GET", "/", b"", None, receiver=RECEIVER))
     win = next(iter(verifier._windows[1].values()))
     assert win.bits.bit_length() <= 16
 
 
 def test_separate_senders_and_boots_have_separate_windows() -> None:
     clock = Clock()
-    verifier = NodeCallVerifier(SECRET, clock=clock)
+    verifier = NodeCallVerifier(SECRET, node_id=RECEIVER, clock=clock)
     a, b = NodeCallSigner(SECRET, 1, clock=clock), NodeCallSigner(SECRET, 2, clock=clock)
     a2 = NodeCallSigner(SECRET, 1, clock=clock)  # node 1 restarted: a new boot, its counter starts again
     for signer in (a, b, a2):
-        assert verifier.verify("GET", "/", b"", signer.sign("GET", "/", b"", None)).sender == signer.node_id
+        assert (
+            verifier.verify("GET", "/", b"", signer.sign("GET", "/", b"", None, receiver=RECEIVER)).sender
+            == signer.node_id
+        )
     assert verifier.windows() == 3
 
 
 def test_a_restarted_verifier_rejects_calls_signed_before_it_started() -> None:
     clock = Clock()
     signer = NodeCallSigner(SECRET, 1, clock=clock)
-    first = NodeCallVerifier(SECRET, clock=clock, start_skew_s=1.0)
-    captured = signer.sign("POST", PATH, BODY, None)
+    first = NodeCallVerifier(SECRET, node_id=RECEIVER, clock=clock, start_skew_s=1.0)
+    captured = signer.sign("POST", PATH, BODY, None, receiver=RECEIVER)
     first.verify("POST", PATH, BODY, captured)
     clock.now += 5  # the receiving node restarts: its replay memory is empty
-    restarted = NodeCallVerifier(SECRET, clock=clock, start_skew_s=1.0)
+    restarted = NodeCallVerifier(SECRET, node_id=RECEIVER, clock=clock, start_skew_s=1.0)
     with pytest.raises(NodeCallRejected, match="before this node started"):
         restarted.verify("POST", PATH, BODY, captured)
     # calls signed within the start skew (clocks of nodes differ a little) and after are accepted
     clock.now -= 0.5
-    assert restarted.verify("POST", PATH, BODY, signer.sign("POST", PATH, BODY, None)).sender == 1
+    assert restarted.verify("POST", PATH, BODY, signer.sign("POST", PATH, BODY, None, receiver=RECEIVER)).sender == 1
     clock.now += 0.5
-    assert restarted.verify("POST", PATH, BODY, signer.sign("POST", PATH, BODY, None)).sender == 1
+    assert restarted.verify("POST", PATH, BODY, signer.sign("POST", PATH, BODY, None, receiver=RECEIVER)).sender == 1
 
 
 def test_memory_is_bounded_with_many_boots_and_senders() -> None:
     clock = Clock()
-    verifier = NodeCallVerifier(SECRET, clock=clock, max_skew_s=30.0, window=1024, max_boots=8, max_senders=4)
+    verifier = NodeCallVerifier(
+        SECRET, node_id=RECEIVER, clock=clock, max_skew_s=30.0, window=1024, max_boots=8, max_senders=4
+    )
     for step in range(200):  # node 1 restarts every 5 s for 1000 s: old boots' windows are forgotten
         clock.now += 5
         signer = NodeCallSigner(SECRET, 1, clock=clock)
         for _ in range(3):
-            verifier.verify("GET", "/", b"", signer.sign("GET", "/", b"", None))
+            verifier.verify("GET", "/", b"", signer.sign("GET", "/", b"", None, receiver=RECEIVER))
         assert verifier.windows() <= 8, step
     assert verifier.windows() <= 7  # only boots whose newest call is still fresh (30 s / 5 s, and this one)
     # restarting faster than the freshness bound allows: refused once the boots of the bound are held
     for _ in range(8):
         signer = NodeCallSigner(SECRET, 2, clock=clock)
-        verifier.verify("GET", "/", b"", signer.sign("GET", "/", b"", None))
+        verifier.verify("GET", "/", b"", signer.sign("GET", "/", b"", None, receiver=RECEIVER))
     with pytest.raises(NodeCallRejected, match="too many boots"):
-        verifier.verify("GET", "/", b"", NodeCallSigner(SECRET, 2, clock=clock).sign("GET", "/", b"", None))
+        verifier.verify(
+            "GET", "/", b"", NodeCallSigner(SECRET, 2, clock=clock).sign("GET", "/", b"", None, receiver=RECEIVER)
+        )
     for sender in (3, 4):
-        verifier.verify("GET", "/", b"", NodeCallSigner(SECRET, sender, clock=clock).sign("GET", "/", b"", None))
+        verifier.verify(
+            "GET", "/", b"", NodeCallSigner(SECRET, sender, clock=clock).sign("GET", "/", b"", None, receiver=RECEIVER)
+        )
     with pytest.raises(NodeCallRejected, match="too many senders"):
-        verifier.verify("GET", "/", b"", NodeCallSigner(SECRET, 5, clock=clock).sign("GET", "/", b"", None))
+        verifier.verify(
+            "GET", "/", b"", NodeCallSigner(SECRET, 5, clock=clock).sign("GET", "/", b"", None, receiver=RECEIVER)
+        )
     assert verifier.windows() <= 4 * 8
     clock.now += 31 + 30  # everything stale: the next call sweeps every window
-    verifier.verify("GET", "/", b"", NodeCallSigner(SECRET, 1, clock=clock).sign("GET", "/", b"", None))
+    verifier.verify(
+        "GET", "/", b"", NodeCallSigner(SECRET, 1, clock=clock).sign("GET", "/", b"", None, receiver=RECEIVER)
+    )
     assert verifier.windows() == 1
 
 
 def test_a_forgotten_boot_cannot_be_replayed() -> None:
     clock = Clock()
-    verifier = NodeCallVerifier(SECRET, clock=clock, max_boots=1)
+    verifier = NodeCallVerifier(SECRET, node_id=RECEIVER, clock=clock, max_boots=1)
     old = NodeCallSigner(SECRET, 1, clock=clock)
-    captured = old.sign("GET", "/", b"", None)
+    captured = old.sign("GET", "/", b"", None, receiver=RECEIVER)
     verifier.verify("GET", "/", b"", captured)
     clock.now += 31
-    verifier.verify("GET", "/", b"", NodeCallSigner(SECRET, 1, clock=clock).sign("GET", "/", b"", None))
+    verifier.verify(
+        "GET", "/", b"", NodeCallSigner(SECRET, 1, clock=clock).sign("GET", "/", b"", None, receiver=RECEIVER)
+    )
     assert verifier.windows() == 1  # the old boot's window is gone...
     with pytest.raises(NodeCallRejected, match="stale"):
         verifier.verify("GET", "/", b"", captured)  # ...and its calls are stale
@@ -266,9 +298,11 @@ def test_a_forgotten_boot_cannot_be_replayed() -> None:
 
 def test_unknown_senders_are_rejected_when_the_cluster_is_known() -> None:
     clock = Clock()
-    verifier = NodeCallVerifier(SECRET, clock=clock, senders=[1, 2, 3])
+    verifier = NodeCallVerifier(SECRET, node_id=RECEIVER, clock=clock, senders=[1, 2, 3])
     with pytest.raises(NodeCallRejected, match="not a node of this cluster"):
-        verifier.verify("GET", "/", b"", NodeCallSigner(SECRET, 9, clock=clock).sign("GET", "/", b"", None))
+        verifier.verify(
+            "GET", "/", b"", NodeCallSigner(SECRET, 9, clock=clock).sign("GET", "/", b"", None, receiver=RECEIVER)
+        )
 
 
 def _garbage(valid: str) -> list[str]:
@@ -311,7 +345,7 @@ def _garbage(valid: str) -> list[str]:
 
 def test_garbage_headers_are_rejected_never_another_exception() -> None:
     signer, verifier, _ = pair()
-    valid = signer.sign("POST", PATH, BODY, "User:alice")
+    valid = signer.sign("POST", PATH, BODY, "User:alice", receiver=RECEIVER)
     for garbage in _garbage(valid):
         with pytest.raises(NodeCallRejected):
             verifier.verify("POST", PATH, BODY, garbage)
@@ -334,12 +368,12 @@ def test_the_signer_refuses_what_it_cannot_sign_exactly() -> None:
         ("POST", "/", "User:" + "x" * 600),
     ):
         with pytest.raises(ValueError, match=r"method|target|principal"):
-            signer.sign(method, path, b"", principal)
+            signer.sign(method, path, b"", principal, receiver=RECEIVER)
 
 
 def test_a_precomputed_body_digest_is_the_same_as_hashing() -> None:
     signer, verifier, _ = pair()
-    header = signer.sign("POST", PATH, b"", None, body_digest=body_sha256(BODY))
+    header = signer.sign("POST", PATH, b"", None, receiver=RECEIVER, body_digest=body_sha256(BODY))
     assert verifier.verify("POST", PATH, BODY, header).sender == 2
-    header = signer.sign("POST", PATH, BODY, None)
+    header = signer.sign("POST", PATH, BODY, None, receiver=RECEIVER)
     assert verifier.verify("POST", PATH, b"", header, body_digest=body_sha256(BODY)).sender == 2
