@@ -142,7 +142,8 @@ def make_app(services: Services) -> web.Application:
     secret = services.config.cluster_secret
     signer = NodeCallSigner(secret, services.config.node_id)
     forwarder = Forwarder(services.nodes, services.peers, request_timeout_s, signer=signer)
-    verifier = NodeCallVerifier(secret, node_id=services.config.node_id, senders=services.nodes.node_ids())
+    nodes = services.nodes
+    verifier = NodeCallVerifier(secret, node_id=services.config.node_id, senders=lambda n: n in nodes.node_ids())
     app = web.Application(
         client_max_size=services.config.max_request_bytes,
         middlewares=[*make_middlewares(services.metrics, request_timeout_s), node_call_middleware(verifier)],

@@ -146,9 +146,12 @@ class Forwarder:
             receiver = self.node_at(target)
             if receiver is None:  # locate() named no node of the cluster
                 raise BrokerError(ErrorCode.NETWORK_EXCEPTION, f"{target} is no node of this cluster")
-            signature = self._signer.sign(
-                request.method, path_qs, raw, principal, receiver=receiver, body_digest=digest
-            )
+            try:
+                signature = self._signer.sign(
+                    request.method, path_qs, raw, principal, receiver=receiver, body_digest=digest
+                )
+            except ValueError as exc:  # a method or target the HTTP parser let through but no node serves
+                raise BrokerError(ErrorCode.INVALID_REQUEST, f"cannot forward this request: {exc}") from None
             headers = {NODE_CALL_HEADER: signature, "Content-Type": "application/json", TIMEOUT_HEADER: timeout_ms}
             try:
                 async with session.request(

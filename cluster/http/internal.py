@@ -126,9 +126,11 @@ class PeerHttpClient:
             raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"node {node_id} unknown")
         timeout = timeout_for(self._request_timeout_s)
         raw = json.dumps(body).encode()
-        signature = self._signer.sign(
-            "POST", path, raw, None, receiver=node_id, body_digest=await body_sha256_async(raw)
-        )
+        digest = await body_sha256_async(raw)
+        try:
+            signature = self._signer.sign("POST", path, raw, None, receiver=node_id, body_digest=digest)
+        except ValueError as exc:  # a path no node serves (a relay's is the caller's)
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"cannot call {path[:80]!r}: {exc}") from None
         auth = f"{NODE_CALL_HEADER}: {signature}\r\n".encode("ascii")
         try:
             resp = await self._pool.post(url + path, raw, "application/json", timeout, auth)

@@ -8,7 +8,7 @@ or a client request proxied to the node that can answer it -- carries one header
 - ``n``: the sending node's id (decimal);
 - ``t``: when it was signed, Unix milliseconds (decimal);
 - ``c``: the nonce: the signer's boot id (16 lowercase hex digits, random per signer) and a counter the
-  signer increments per call (decimal);
+  signer increments per call to that receiver (decimal);
 - ``p``: the principal the call acts for, UTF-8 in unpadded base64url; empty for the node itself (an
   internal call);
 - ``s``: HMAC-SHA256, lowercase hex, of the canonical string (fields joined by ``\\n``)::
@@ -146,10 +146,12 @@ def _check_target(method: str, path_qs: str) -> None:
         raise ValueError(f"bad method {method[:20]!r}")
     if not path_qs.startswith("/") or not path_qs.isascii() or not path_qs.isprintable() or " " in path_qs:
         raise ValueError(f"a signed request target is printable ASCII without spaces: {path_qs[:80]!r}")
+    if "#" in path_qs:
+        raise ValueError(f"a request target has no fragment: {path_qs[:80]!r}")
 
 
 class NodeCallSigner:
-    """Signs this node's calls (one boot id per signer, a counter per call)."""
+    """Signs this node's calls (one boot id per signer; per receiver, a counter per call)."""
 
     def __init__(self, secret: str, node_id: int, *, clock: Callable[[], float] = time.time) -> None:
         if not 0 <= node_id <= 2**31 - 1:
@@ -157,7 +159,7 @@ class NodeCallSigner:
         self._key = derive_key(secret)
         self.node_id = node_id
         self.boot = os.urandom(8).hex()
-        self._counter = itertools.count(1)
+        self._counters: dict[int, itertools.count[int]] = {}
         self._clock = clock
 
     def sign(
@@ -177,7 +179,10 @@ class NodeCallSigner:
         p = _encode_principal(principal)
         digest = body_digest if body_digest is not None else body_sha256(body)
         t_ms = int(self._clock() * 1000)
-        nonce = f"{self.boot}.{next(self._counter)}"
+        counter = self._counters.get(receiver)
+        if counter is None:
+            counter = self._counters[receiver] = itertools.count(1)
+        nonce = f"{self.boot}.{next(counter)}"
         canonical = _canonical(method, path_qs, digest, p, self.node_id, receiver, t_ms, nonce)
         sig = hmac.new(self._key, canonical, hashlib.sha256)
         return f"{VERSION} n={self.node_id},t={t_ms},c={nonce},p={p},s={sig.hexdigest()}"
@@ -219,7 +224,7 @@ class NodeCallVerifier:
         secret: str,
         *,
         node_id: int,
-        senders: Collection[int] | None = None,
+        senders: Collection[int] | Callable[[int], bool] | None = None,
         max_skew_s: float = 30.0,
         start_skew_s: float = 1.0,
         window: int = 8192,
@@ -231,7 +236,10 @@ class NodeCallVerifier:
             raise ValueError("bad node-call verifier bounds")
         self._key = derive_key(secret)
         self.node_id = node_id
-        self._senders = frozenset(senders) if senders is not None else None
+        #: Whether a node id is a node of the cluster (None: any id the signature covers).
+        self._is_sender: Callable[[int], bool] | None = (
+            senders if callable(senders) or senders is None else frozenset(senders).__contains__
+        )
         self._skew_ms = int(max_skew_s * 1000)
         self._window = window
         self._max_boots = max_boots
@@ -263,7 +271,7 @@ class NodeCallVerifier:
         want = hmac.new(self._key, canonical, hashlib.sha256)
         if not hmac.compare_digest(want.hexdigest().encode("ascii"), sig.encode("ascii")):
             raise NodeCallRejected("bad signature (or signed for another node)")
-        if self._senders is not None and sender not in self._senders:
+        if self._is_sender is not None and not self._is_sender(sender):
             raise NodeCallRejected(f"node {sender} is not a node of this cluster")
         principal = _decode_principal(p)
         now_ms = int(self._clock() * 1000)

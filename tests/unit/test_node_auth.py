@@ -138,6 +138,10 @@ def test_peer_client_calls_are_verified_with_their_query_and_body() -> None:
                 assert answer["raw_path_qs"] == path
                 assert answer["sender"] == 1 and answer["principal"] is None and not answer["forwarded"]
                 assert json.loads(answer["body"].encode("latin-1")) == body
+            # a path no node serves (a relay carries its caller's) is a bad request, sent nowhere
+            with pytest.raises(BrokerError) as err:
+                await client.direct(2, "/v1/internal/\u00e9t\u00e9", {})
+            assert err.value.error_code is ErrorCode.INVALID_REQUEST
         finally:
             await client.close()
         # another secret is refused

@@ -209,10 +209,11 @@ def test_a_huge_counter_jump_does_not_grow_the_window() -> None:
     clock = Clock()
     verifier = NodeCallVerifier(SECRET, node_id=RECEIVER, clock=clock, window=16)
     signer = NodeCallSigner(SECRET, 1, clock=clock)
-    signer._counter = itertools.count(2**62)  # a signer that ran for a very long time
+    verifier.verify("GET", "/", b"", signer.sign("GET", "/", b"", None, receiver=RECEIVER))
+    signer._counters[RECEIVER] = itertools.count(2**62)  # a signer that ran for a very long time
     verifier.verify("GET", "/", b"", signer.sign("GET", "/", b"", None, receiver=RECEIVER))
     win = next(iter(verifier._windows[1].values()))
-    assert win.bits.bit_length() <= 16
+    assert win.top == 2**62 and win.bits.bit_length() <= 16
 
 
 def test_separate_senders_and_boots_have_separate_windows() -> None:
@@ -298,11 +299,24 @@ def test_a_forgotten_boot_cannot_be_replayed() -> None:
 
 def test_unknown_senders_are_rejected_when_the_cluster_is_known() -> None:
     clock = Clock()
-    verifier = NodeCallVerifier(SECRET, node_id=RECEIVER, clock=clock, senders=[1, 2, 3])
-    with pytest.raises(NodeCallRejected, match="not a node of this cluster"):
-        verifier.verify(
-            "GET", "/", b"", NodeCallSigner(SECRET, 9, clock=clock).sign("GET", "/", b"", None, receiver=RECEIVER)
-        )
+    members = [1, 2, 3]
+
+    def call(sender: int) -> str:
+        return NodeCallSigner(SECRET, sender, clock=clock).sign("GET", "/", b"", None, receiver=RECEIVER)
+
+    for senders in (members, lambda n: n in members):
+        verifier = NodeCallVerifier(SECRET, node_id=RECEIVER, clock=clock, senders=senders)
+        assert verifier.verify("GET", "/", b"", call(3)).sender == 3
+        with pytest.raises(NodeCallRejected, match="not a node of this cluster"):
+            verifier.verify("GET", "/", b"", call(9))
+    members.append(9)  # a node that joins (a live view of the cluster): its calls are taken at once
+    assert verifier.verify("GET", "/", b"", call(9)).sender == 9
+
+
+def test_counters_are_per_receiver() -> None:
+    signer, _, _ = pair()
+    nonces = [fields(signer.sign("GET", "/", b"", None, receiver=r))["c"].split(".")[1] for r in (1, 2, 1, 2, 3)]
+    assert nonces == ["1", "1", "2", "2", "1"]
 
 
 def _garbage(valid: str) -> list[str]:
@@ -361,13 +375,14 @@ def test_the_signer_refuses_what_it_cannot_sign_exactly() -> None:
     for method, path, principal in (
         ("POST", "/\u00e9", None),  # the target is signed as sent: ASCII
         ("POST", "/a b", None),
+        ("POST", "/a#b", None),
         ("POST", "relative", None),
         ("post", "/", None),
         ("POST", "/", ""),
         ("POST", "/", "User:\n"),
         ("POST", "/", "User:" + "x" * 600),
     ):
-        with pytest.raises(ValueError, match=r"method|target|principal"):
+        with pytest.raises(ValueError, match=r"method|target|principal|fragment"):
             signer.sign(method, path, b"", principal, receiver=RECEIVER)
 
 
