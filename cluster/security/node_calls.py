@@ -26,8 +26,12 @@ The verifier (``NodeCallVerifier``) accepts a call once:
 
 - the signature matches (constant-time comparison);
 - ``|now - t| <= max_skew_s`` (30 s by default): a captured call is worthless after that;
-- ``t`` is not before the verifier started (less ``start_skew_s``, 1 s by default): the replay memory
-  starts empty when a node restarts, so calls signed before it would otherwise be replayable;
+- ``t`` is not before the verifier started (less ``start_skew_s``, 0.25 s by default, for the clock
+  differences of nodes): the replay memory starts empty when a node restarts, so calls signed before it
+  would otherwise be replayable. A node listens only after its verifier exists, and a restart (process
+  start, stores opened) takes longer than the skew, so no call signed to its previous run is accepted;
+  a sender whose clock is behind by more than the skew sees its first calls refused until its clock
+  passes the receiver's start;
 - the nonce is new: per sender and boot, a sliding window (IPsec-style anti-replay: the highest counter
   seen and a bitmap of the ``window`` counters below it) remembers what was accepted. A counter above
   the window slides it; within it, each counter is accepted once (calls may arrive out of order); below
@@ -226,7 +230,7 @@ class NodeCallVerifier:
         node_id: int,
         senders: Collection[int] | Callable[[int], bool] | None = None,
         max_skew_s: float = 30.0,
-        start_skew_s: float = 1.0,
+        start_skew_s: float = 0.25,
         window: int = 8192,
         max_boots: int = 64,
         max_senders: int = 4096,
