@@ -7,18 +7,17 @@ partitions it does not replicate itself (RF < number of nodes), so it can
 answer ``NOT_LEADER_OR_FOLLOWER`` with the right ``leader_url`` and serve
 ``/v1/metadata`` for the whole cluster.
 
-Internal endpoints are authenticated with an HMAC of the request path under
-the cluster secret (header ``X-Txbroker-Auth``) so that only nodes of the
-cluster can call them.
+Each poll is a node call signed afresh (``cluster.security.node_calls``), like
+every internal call: only nodes of the cluster can make it, and a captured one
+cannot be replayed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import logging
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,22 +25,11 @@ from typing import Any
 import aiohttp
 
 from .config import NodeConfig
+from .security.node_calls import NODE_CALL_HEADER, NodeCallSigner
 
 log = logging.getLogger(__name__)
 
-AUTH_HEADER = "X-Txbroker-Auth"
-FORWARDED_HEADER = "X-Txbroker-Forwarded"  # a request proxied once; never proxied again
-
-
-def sign(secret: str, method: str, path: str) -> str:
-    return hmac.new(secret.encode(), f"{method} {path}".encode(), hashlib.sha256).hexdigest()
-
-
-def verify(secret: str, method: str, path: str, signature: str | None) -> bool:
-    if not signature:
-        return False
-    # Compare bytes: compare_digest raises TypeError on non-ASCII str (hostile headers).
-    return hmac.compare_digest(sign(secret, method, path).encode(), signature.encode("utf-8", "surrogateescape"))
+STATE_PATH = "/v1/internal/state"
 
 
 @dataclass
@@ -54,15 +42,20 @@ class PeerState:
 
 
 class PeerView:
-    def __init__(self, config: NodeConfig) -> None:
+    """``ssl_context``: for ``https://`` node URLs (node-to-node TLS; the node's client certificate)."""
+
+    def __init__(self, config: NodeConfig, *, ssl_context: ssl.SSLContext | None = None) -> None:
         self._config = config
+        self._signer = NodeCallSigner(config.cluster_secret, config.node_id)
+        self._ssl = ssl_context
         self.peers: dict[int, PeerState] = {n.id: PeerState(n.id) for n in config.nodes if n.id != config.node_id}
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         timeout = aiohttp.ClientTimeout(total=max(1.0, self._config.peer_poll_interval_s * 2))
-        self._session = aiohttp.ClientSession(timeout=timeout)
+        connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else True)
+        self._session = aiohttp.ClientSession(timeout=timeout, connector=connector)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
@@ -112,10 +105,9 @@ class PeerView:
         addr = self._config.node(peer.node_id)
         if addr is None or self._session is None:
             return
-        path = "/v1/internal/state"
-        headers = {AUTH_HEADER: sign(self._config.cluster_secret, "GET", path)}
+        headers = {NODE_CALL_HEADER: self._signer.sign("GET", STATE_PATH, b"", None, receiver=peer.node_id)}
         try:
-            async with self._session.get(addr.url + path, headers=headers) as resp:
+            async with self._session.get(addr.url + STATE_PATH, headers=headers) as resp:
                 if resp.status != 200:
                     return
                 body = await resp.json()

@@ -21,6 +21,7 @@ What it speaks is deliberately small, and it refuses the rest:
 from __future__ import annotations
 
 import asyncio
+import ssl as ssl_module
 import urllib.parse
 
 from ..protocol import BrokerError, ErrorCode
@@ -164,19 +165,21 @@ class _Connection(asyncio.Protocol):
 class Http1Pool:
     """Pooled keep-alive connections; ``post`` raises ``BrokerError`` for transport failures only."""
 
-    def __init__(self, *, max_body: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, *, max_body: int = 64 * 1024 * 1024, ssl: ssl_module.SSLContext | None = None) -> None:
+        """``ssl``: the context of ``https://`` URLs (the system's default context without one)."""
         self.max_body = max_body
-        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._ssl = ssl
+        self._idle: dict[tuple[str, int, bool], list[_Connection]] = {}
         self._all: set[_Connection] = set()
-        self._heads: dict[tuple[str, str, bytes], tuple[str, int, bytes]] = {}
+        self._heads: dict[tuple[str, str], tuple[str, int, bool, bytes]] = {}
 
     async def post(
         self, url: str, body: bytes, content_type: str, timeout: float, extra_head: bytes = b""
     ) -> Http1Response:
-        """POST ``body``; ``extra_head`` is more header lines, each ending in CRLF (fixed per url)."""
-        host, port, head_prefix = self._target(url, content_type, extra_head)
-        head = head_prefix + b"%d\r\n\r\n" % len(body)
-        idle = self._idle.setdefault((host, port), [])
+        """POST ``body``; ``extra_head`` is more header lines, each ending in CRLF."""
+        host, port, tls, head_prefix = self._target(url, content_type)
+        head = b"%s%sContent-Length: %d\r\n\r\n" % (head_prefix, extra_head, len(body))
+        idle = self._idle.setdefault((host, port, tls), [])
         conn: _Connection | None = None
         while idle and conn is None:
             c = idle.pop()
@@ -188,7 +191,10 @@ class Http1Pool:
             async with asyncio.timeout(timeout):
                 if conn is None:
                     loop = asyncio.get_running_loop()
-                    _, conn = await loop.create_connection(lambda: _Connection(self.max_body), host, port)
+                    _, conn = await loop.create_connection(
+                        lambda: _Connection(self.max_body), host, port,
+                        ssl=self._context() if tls else None, server_hostname=host if tls else None,
+                    )  # fmt: skip
                     self._all.add(conn)
                 answer = await conn.send(head, body)
         except TimeoutError:
@@ -207,27 +213,29 @@ class Http1Pool:
             self._drop(conn)
         return answer
 
-    def _target(self, url: str, content_type: str, extra_head: bytes) -> tuple[str, int, bytes]:
-        key = (url, content_type, extra_head)
+    def _context(self) -> ssl_module.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl_module.create_default_context()
+        return self._ssl
+
+    def _target(self, url: str, content_type: str) -> tuple[str, int, bool, bytes]:
+        key = (url, content_type)
         hit = self._heads.get(key)
         if hit is None:
             parts = urllib.parse.urlsplit(url)
-            if parts.scheme != "http" or not parts.hostname:
-                raise BrokerError(ErrorCode.INVALID_CONFIG, f"only http:// URLs are supported, got {url!r}")
-            host, port = parts.hostname, parts.port or 80
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise BrokerError(ErrorCode.INVALID_CONFIG, f"only http(s):// URLs are supported, got {url!r}")
+            tls = parts.scheme == "https"
+            host, port = parts.hostname, parts.port or (443 if tls else 80)
             path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
             authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             prefix = (
-                (
-                    f"POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: {content_type}\r\n"
-                    "Accept: application/json\r\n"
-                ).encode("latin-1")
-                + extra_head
-                + b"Content-Length: "
-            )
+                f"POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: {content_type}\r\n"
+                "Accept: application/json\r\n"
+            ).encode("latin-1")
             if len(self._heads) > 1024:
                 self._heads.clear()
-            hit = self._heads[key] = (host, port, prefix)
+            hit = self._heads[key] = (host, port, tls, prefix)
         return hit
 
     def _drop(self, conn: _Connection | None) -> None:

@@ -13,7 +13,8 @@ from ..controller_service import PRODUCER_IDS_PATH
 from ..security.acl import Operation, ResourceType
 from . import parsing
 from .access import Access, Need, RouteTable
-from .internal import RELAY_PATH, require_internal
+from .internal import RELAY_PATH
+from .node_auth import require_internal
 from .openapi import openapi_document
 from .services import Services
 
@@ -68,11 +69,11 @@ class AdminRoutes:
         return web.json_response(openapi_document())
 
     async def internal_state(self, request: web.Request) -> web.Response:
-        require_internal(self.s.config.cluster_secret, request)
+        require_internal(request)
         return web.json_response(self.s.node.internal_state_json())
 
     async def internal_producer_ids(self, request: web.Request) -> web.Response:
-        require_internal(self.s.config.cluster_secret, request)
+        require_internal(request)
         body = parsing.parse_json_object(await request.read())
         node_id = parsing.get_int(body, "node_id", lo=0, hi=2**31 - 1)
         block = await self.s.controller.allocate_producer_ids_local(node_id)
@@ -80,7 +81,7 @@ class AdminRoutes:
 
     async def internal_relay(self, request: web.Request) -> web.Response:
         """Make another node's internal call for a node that cannot reach it (``cluster.http.internal``)."""
-        require_internal(self.s.config.cluster_secret, request)
+        require_internal(request)
         body = parsing.parse_json_object(await request.read())
         node_id = parsing.get_int(body, "node_id", lo=0, hi=2**31 - 1)
         path = parsing.get_str(body, "path", max_len=256) or ""

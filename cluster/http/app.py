@@ -27,7 +27,7 @@ from clients.protocol import PRODUCE_CONTENT_TYPE, BrokerError, ErrorCode
 from ..deadline import Deadline, deadline_scope
 from ..metrics import NodeMetrics
 from ..security.jwt_auth import JwtVerifier
-from ..security.node_calls import NodeCallVerifier
+from ..security.node_calls import NodeCallSigner, NodeCallVerifier
 from .access import check_declared
 from .admin import AdminRoutes
 from .auth import Gatekeeper
@@ -128,10 +128,13 @@ def make_middlewares(metrics: NodeMetrics, gatekeeper: Gatekeeper, request_timeo
 def make_app(services: Services) -> web.Application:
     config = services.config
     request_timeout_s = config.request_timeout_ms / 1000
-    forwarder = Forwarder(services.nodes, services.peers, request_timeout_s)
+    signer = NodeCallSigner(config.cluster_secret, config.node_id)
+    forwarder = Forwarder(services.nodes, services.peers, request_timeout_s, signer=signer)
+    nodes = services.nodes
+    verifier = NodeCallVerifier(config.cluster_secret, node_id=config.node_id, senders=lambda n: n in nodes.node_ids())
     security = config.security
     jwt = JwtVerifier(security) if security is not None and "bearer" in security.authentication else None
-    gatekeeper = Gatekeeper(security, services.controller.security_view, NodeCallVerifier(config.cluster_secret), jwt)
+    gatekeeper = Gatekeeper(security, services.controller.security_view, verifier, jwt)
     app = web.Application(
         client_max_size=config.max_request_bytes,
         middlewares=make_middlewares(services.metrics, gatekeeper, request_timeout_s),

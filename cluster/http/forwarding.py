@@ -2,10 +2,14 @@
 
 A request for a transactional id or group that another node coordinates, or
 an admin request reaching a node that does not lead the controller, is
-proxied once to the right node (marked ``X-Txbroker-Forwarded``, so it is
-never proxied again). Listings fan out to every other node's internal
-endpoint. ``LeaderForwarder`` sends one partition's batch to its leader for
-the convenience produce (``cluster.routed_produce``).
+proxied once to the right node. The proxied request is a node call
+(``X-Txbroker-Node-Call``, ``cluster.security.node_calls``): signed by this
+node over its method, path and query, body, and the principal of the request
+it serves, which the target acts for; a forwarded request is never proxied
+again (``cluster.http.node_auth.forwarded``). Listings fan out to every other
+node's internal endpoint. ``Forwarder.produce_on`` sends one partition's batch
+to its leader for the convenience produce (``cluster.routed_produce``), acting
+for the producing principal too.
 
 Every proxied request is bounded by the deadline of the request it serves
 (``cluster.deadline``: the caller's ``X-Txbroker-Timeout-Ms`` or produce
@@ -22,10 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import yarl
 from aiohttp import web
 
 from clients.protocol import (
@@ -39,39 +45,68 @@ from clients.protocol import (
 
 from ..deadline import MOVED, Deadline, call_at_leader, current_deadline, loop_now
 from ..partitions import PartitionProduceResult
-from ..peers import FORWARDED_HEADER
+from ..routed_produce import LeaderForwarder
 from ..seams import NodeDirectory, PeerClient
+from ..security.node_calls import NODE_CALL_HEADER, NodeCallSigner, body_sha256_async
+from ..security.principals import ANONYMOUS, PRINCIPAL_KEY
+from .node_auth import forwarded
 
 __all__ = ["TIMEOUT_HEADER", "Forwarder", "Locate", "forwarded"]
 
 #: The caller's timeout for this request in milliseconds (a client's, or what a forwarding node has left).
 TIMEOUT_HEADER = "X-Txbroker-Timeout-Ms"
 
+_PRODUCE_PATH = "/v1/produce"
+
 #: Where the node that can answer is now, as this node knows it (a URL), or None.
 Locate = Callable[[], str | None]
 
 
-def forwarded(request: web.Request) -> bool:
-    """The request was proxied here by another node (and so is not proxied again)."""
-    return bool(request.headers.get(FORWARDED_HEADER))
+def principal_of(request: web.Request) -> str:
+    """The principal a request is served for (what a call made for it acts for)."""
+    principal = request.get(PRINCIPAL_KEY, ANONYMOUS)
+    return principal if isinstance(principal, str) and principal else ANONYMOUS
 
 
 class Forwarder:
-    """Proxies requests to the node that can answer them, and fans listings out to every node."""
+    """Proxies requests to the node that can answer them, and fans listings out to every node.
 
-    def __init__(self, nodes: NodeDirectory, peers: PeerClient, request_timeout_s: float = 30.0) -> None:
+    Every proxied request is signed by ``signer`` (this node) for the principal it serves.
+    ``ssl_context``: for ``https://`` node URLs (node-to-node TLS; the node's client certificate)."""
+
+    def __init__(
+        self,
+        nodes: NodeDirectory,
+        peers: PeerClient,
+        request_timeout_s: float = 30.0,
+        *,
+        signer: NodeCallSigner,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self._nodes = nodes
         self._peers = peers
         self._request_timeout_s = request_timeout_s
+        self._signer = signer
+        self._ssl = ssl_context
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession()
+        connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else True)
+        self._session = aiohttp.ClientSession(connector=connector)
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    def node_at(self, url: str) -> int | None:
+        """The id of the node whose URL ``url`` is; None if it is no node of this cluster."""
+        url = url.rstrip("/")
+        for node_id in self._nodes.node_ids():
+            known = self._nodes.node_url(node_id)
+            if known is not None and known.rstrip("/") == url:
+                return node_id
+        return None
 
     def deadline(self) -> Deadline:
         """The deadline of the request being served (the node's request timeout from now outside one)."""
@@ -80,7 +115,7 @@ class Forwarder:
     async def proxy(
         self, request: web.Request, url: str, raw: bytes, unreachable: ErrorCode, locate: Locate | None = None
     ) -> web.Response:
-        """Send ``request`` to the node at ``url`` (marked forwarded, so it is never proxied again).
+        """Send ``request`` to the node at ``url``: a node call for its principal, so it is never proxied again.
 
         Retried where the leader went until the request's deadline (``call_at_leader``): ``locate()``
         tells where this node now believes the answering node is; an answer's ``leader_url`` /
@@ -88,24 +123,39 @@ class Forwarder:
         """
         if self._session is None:
             raise BrokerError(unreachable, "node is starting")
+        if self.node_at(url) is None:  # a node call goes to nodes of the cluster only
+            raise BrokerError(unreachable, f"{url} is no node of this cluster")
         session = self._session
         deadline = self.deadline()
+        # The target exactly as received (ASCII: the HTTP parser refuses anything else), sent and signed as is.
+        path_qs = request.rel_url.raw_path_qs
+        principal = principal_of(request)
+        digest = await body_sha256_async(raw)
 
         def resolve(last: BrokerError | None) -> str | None:
             if last is None:
                 return (locate() if locate is not None else None) or url
             hint = last.extra.get("coordinator_url") or last.extra.get("leader_url")
-            if isinstance(hint, str) and hint:
+            if isinstance(hint, str) and hint and self.node_at(hint) is not None:
                 return hint.rstrip("/")
             return (locate() if locate is not None else None) or url
 
         async def attempt(target: str) -> web.Response:
             left = deadline.remaining(loop_now())
             timeout_ms = str(max(1, int(left * 1000)))
-            headers = {FORWARDED_HEADER: "1", "Content-Type": "application/json", TIMEOUT_HEADER: timeout_ms}
+            receiver = self.node_at(target)
+            if receiver is None:  # locate() named no node of the cluster
+                raise BrokerError(ErrorCode.NETWORK_EXCEPTION, f"{target} is no node of this cluster")
+            try:
+                signature = self._signer.sign(
+                    request.method, path_qs, raw, principal, receiver=receiver, body_digest=digest
+                )
+            except ValueError as exc:  # a method or target the HTTP parser let through but no node serves
+                raise BrokerError(ErrorCode.INVALID_REQUEST, f"cannot forward this request: {exc}") from None
+            headers = {NODE_CALL_HEADER: signature, "Content-Type": "application/json", TIMEOUT_HEADER: timeout_ms}
             try:
                 async with session.request(
-                    request.method, target + request.rel_url.path_qs, data=raw, headers=headers,
+                    request.method, yarl.URL(target + path_qs, encoded=True), data=raw, headers=headers,
                     timeout=aiohttp.ClientTimeout(total=max(0.001, left)),
                 ) as resp:  # fmt: skip
                     body = await resp.read()
@@ -173,21 +223,31 @@ class Forwarder:
 
         return list(await asyncio.gather(*(one(n) for n in peers)))
 
-    async def produce_on(self, url: str, part: ProducePartition) -> PartitionProduceResult | None:
-        """Write ``part`` on the node at ``url`` (its leader); None if the request never left this node.
+    def acting_for(self, request: web.Request) -> LeaderForwarder:
+        """``produce_on`` for the routed produce of ``request``: writes on a leader act for its principal."""
+        return _ProduceAs(self, principal_of(request))
+
+    async def produce_on(
+        self, url: str, part: ProducePartition, principal: str = ANONYMOUS
+    ) -> PartitionProduceResult | None:
+        """Write ``part`` on the node at ``url`` (its leader), for ``principal``; None if the request never left.
 
         Bounded by the request's deadline; not retried here (a plain write must not be duplicated).
         """
-        if self._session is None:
+        receiver = self.node_at(url)
+        if self._session is None or receiver is None:
             return None
         left = self.deadline().remaining(loop_now())
         if left <= 0:
             return None
+        body = encode_produce_request(ProduceRequest((part,), timeout_ms=max(1, int(left * 1000))))
+        digest = await body_sha256_async(body)
+        signature = self._signer.sign("POST", _PRODUCE_PATH, body, principal, receiver=receiver, body_digest=digest)
         try:
             async with self._session.post(
-                url + "/v1/produce",
-                data=encode_produce_request(ProduceRequest((part,), timeout_ms=max(1, int(left * 1000)))),
-                headers={FORWARDED_HEADER: "1", "Content-Type": PRODUCE_CONTENT_TYPE},
+                url + _PRODUCE_PATH,
+                data=body,
+                headers={NODE_CALL_HEADER: signature, "Content-Type": PRODUCE_CONTENT_TYPE},
                 timeout=aiohttp.ClientTimeout(total=left),
             ) as resp:
                 data = (await resp.json())["partitions"][0]
@@ -203,6 +263,17 @@ class Forwarder:
         except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, IndexError) as exc:
             err = BrokerError(ErrorCode.NETWORK_EXCEPTION, f"forward to the leader failed ({exc!r}); it may be written")
             return PartitionProduceResult(part.topic, part.partition, -1, -1, err)
+
+
+class _ProduceAs:
+    """A ``LeaderForwarder`` acting for one principal."""
+
+    def __init__(self, forwarder: Forwarder, principal: str) -> None:
+        self._forwarder = forwarder
+        self._principal = principal
+
+    async def produce_on(self, url: str, part: ProducePartition) -> PartitionProduceResult | None:
+        return await self._forwarder.produce_on(url, part, self._principal)
 
 
 def _error_of(body: bytes) -> BrokerError | None:

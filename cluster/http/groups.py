@@ -1,13 +1,13 @@
 """HTTP routes of consumer groups and offsets (API.md "Producer ids and transactions"), and internal twins.
 
 A request for group G may reach any node: one that does not coordinate G
-proxies it once to the coordinator (``X-Txbroker-Forwarded`` stops loops), as
+proxies it once to the coordinator (a signed node call, never proxied again), as
 the transaction routes do; a client can also ask
 ``GET /v1/coordinators/group/G`` and go there directly -- better for the join
 long-poll, which may last up to the rebalance timeout. ``GET /v1/groups``
 fans out to every node, each answering for the coordinator partitions it leads.
 
-Internal endpoints (``/v1/internal/groups/*``, HMAC-signed): a transaction
+Internal endpoints (``/v1/internal/groups/*``, signed node calls only): a transaction
 coordinator writes a COMMIT/ABORT marker to an offsets partition led elsewhere;
 the group listing's fan-out.
 """
@@ -31,7 +31,7 @@ from ..topics import validate_topic_name
 from . import parsing
 from .access import Access, Need, RouteTable, guard
 from .forwarding import Forwarder, Locate
-from .internal import require_internal
+from .node_auth import require_internal
 from .services import Services
 
 __all__ = ["GroupRoutes"]
@@ -287,7 +287,7 @@ class GroupRoutes:
     # ---- internal routes --------------------------------------------------------------------------
 
     async def internal_marker(self, request: web.Request) -> web.Response:
-        require_internal(self.s.config.cluster_secret, request)
+        require_internal(request)
         body = parsing.parse_json_object(await request.read())
         try:
             control = ControlType[str(body.get("control_type"))]
@@ -304,5 +304,5 @@ class GroupRoutes:
         return web.json_response({"log_append_time": result.log_append_time})
 
     async def internal_list(self, request: web.Request) -> web.Response:
-        require_internal(self.s.config.cluster_secret, request)
+        require_internal(request)
         return web.json_response({"groups": self.svc.local_groups()})

@@ -1,8 +1,10 @@
-"""Node-to-node calls: the signed client side, and the check every internal endpoint makes.
+"""Node-to-node calls: the signed client side of internal endpoints.
 
-Internal endpoints (``/v1/internal/*``) are authenticated with an HMAC under
-the cluster secret (header ``X-Txbroker-Auth``, ``cluster.peers.sign``), so
-only nodes of the cluster can call them. Every internal call -- verifications
+Internal endpoints (``/v1/internal/*``) accept only calls another node signed
+(``X-Txbroker-Node-Call``, ``cluster.security.node_calls``: method, path and
+query, body, sender, time and a nonce, under a key derived from the cluster
+secret; checked by ``cluster.http.node_auth.require_internal``). Every call is
+signed afresh, so a captured one cannot be replayed. Every internal call -- verifications
 and markers among them, several per transaction -- goes over a lean
 keep-alive pool (``clients.aio.Http1Pool``: a fraction of aiohttp's client
 CPU per request). A call takes at most what is left of the deadline it runs
@@ -13,8 +15,8 @@ node's ``request_timeout_ms``.
 two nodes down, both still reaching a third). A call to a node this node
 cannot reach -- the peer poll sees it dead, or the call fails to connect --
 goes through another live node instead: ``POST /v1/internal/relay`` there,
-which makes the call directly (never relaying again) and answers with its
-answer. Without it a transaction coordinator cut off from one partition
+which makes the call directly (never relaying again), signed with its own
+identity, and answers with its answer. Without it a transaction coordinator cut off from one partition
 leader could not write that partition's markers, and every later transaction
 of the producer would wait for them.
 """
@@ -23,19 +25,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import Callable, Sequence
 from typing import Any
-
-from aiohttp import web
 
 from clients.aio import Http1Pool
 from clients.protocol import BrokerError, ErrorCode
 
 from ..deadline import timeout_for
-from ..peers import AUTH_HEADER, sign, verify
 from ..seams import NodeDirectory
+from ..security.node_calls import NODE_CALL_HEADER, NodeCallSigner, body_sha256_async
 
-__all__ = ["RELAY_PATH", "PeerHttpClient", "require_internal"]
+__all__ = ["RELAY_PATH", "PeerHttpClient"]
 
 _MAX_INTERNAL_ANSWER = 16 * 1024 * 1024
 RELAY_PATH = "/v1/internal/relay"
@@ -46,11 +47,21 @@ _UNREACHABLE = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_O
 
 
 class PeerHttpClient:
-    """``PeerClient`` over HTTP/1.1: POST to another node's internal endpoint, signed."""
+    """``PeerClient`` over HTTP/1.1: POST to another node's internal endpoint, each call signed.
 
-    def __init__(self, nodes: NodeDirectory, cluster_secret: str, request_timeout_s: float = 30.0) -> None:
+    ``ssl_context``: for ``https://`` node URLs (node-to-node TLS; the node's client certificate)."""
+
+    def __init__(
+        self,
+        nodes: NodeDirectory,
+        cluster_secret: str,
+        request_timeout_s: float = 30.0,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self._nodes = nodes
-        self._secret = cluster_secret
+        self._signer = NodeCallSigner(cluster_secret, nodes.node_id)
+        self._ssl = ssl_context
         self._request_timeout_s = request_timeout_s
         self._pool: Http1Pool | None = None
         #: Whether a node looks reachable from here (the peer poll), and which nodes may relay to it.
@@ -58,7 +69,7 @@ class PeerHttpClient:
         self.relays: Callable[[int], list[int]] = lambda _node: []
 
     def start(self) -> None:
-        self._pool = Http1Pool(max_body=_MAX_INTERNAL_ANSWER)
+        self._pool = Http1Pool(max_body=_MAX_INTERNAL_ANSWER, ssl=self._ssl)
 
     async def close(self) -> None:
         if self._pool is not None:
@@ -114,9 +125,15 @@ class PeerHttpClient:
         if url is None or self._pool is None:
             raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"node {node_id} unknown")
         timeout = timeout_for(self._request_timeout_s)
-        auth = f"{AUTH_HEADER}: {sign(self._secret, 'POST', path)}\r\n".encode("latin-1")
+        raw = json.dumps(body).encode()
+        digest = await body_sha256_async(raw)
         try:
-            resp = await self._pool.post(url + path, json.dumps(body).encode(), "application/json", timeout, auth)
+            signature = self._signer.sign("POST", path, raw, None, receiver=node_id, body_digest=digest)
+        except ValueError as exc:  # a path no node serves (a relay's is the caller's)
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"cannot call {path[:80]!r}: {exc}") from None
+        auth = f"{NODE_CALL_HEADER}: {signature}\r\n".encode("ascii")
+        try:
+            resp = await self._pool.post(url + path, raw, "application/json", timeout, auth)
             data = json.loads(resp.body)
         except BrokerError as exc:
             if exc.error_code is ErrorCode.REQUEST_TIMED_OUT:
@@ -147,13 +164,3 @@ async def _first_answer(attempts: Sequence[asyncio.Future[Any]]) -> Any:
             last = exc
     assert last is not None
     raise last
-
-
-def require_internal(cluster_secret: str, request: web.Request) -> None:
-    """CLUSTER_AUTHORIZATION_FAILED unless ``request`` carries the cluster's signature of its method and path."""
-    signature = request.headers.get(AUTH_HEADER)
-    # a valid signature is hex; hmac.compare_digest raises TypeError on non-ASCII str
-    if signature is not None and not signature.isascii():
-        signature = None
-    if not verify(cluster_secret, request.method, request.path, signature):
-        raise BrokerError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "internal endpoint")

@@ -148,7 +148,7 @@ class RecordRoutes:
                     raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {explicit}")
             records.append((rec, explicit))
         out = await self.s.routed.produce_records(
-            topic, records, timeout_ms, None if forwarded(request) else self.forwarder
+            topic, records, timeout_ms, None if forwarded(request) else self.forwarder.acting_for(request)
         )
         resp = produce_response(out.results)
         body_out = json.loads(resp.body)  # type: ignore[arg-type]

@@ -71,8 +71,7 @@ class SecurityRoutes:
             iterations = parsing.get_int(body, "iterations", lo=1, hi=parsing.INT32_MAX)
 
         async def call() -> web.Response:
-            await self.controller.upsert_user(name, mechanism, password, iterations)
-            return web.json_response({"name": name, "mechanism": mechanism})
+            return web.json_response(await self.controller.upsert_user(name, mechanism, password, iterations))
 
         return await self._at_controller(request, raw, call)
 

@@ -1,13 +1,13 @@
 """HTTP routes of the transaction API (API.md "Producer ids and transactions") and their internal twins.
 
 A request for transactional id T may reach any node: if this node is not T's
-coordinator it is proxied once to the coordinator (``X-Txbroker-Forwarded``
-stops loops); a client may also ask ``GET /v1/coordinators/transaction/T`` and
+coordinator it is proxied once to the coordinator (a signed node call, never
+proxied again); a client may also ask ``GET /v1/coordinators/transaction/T`` and
 go there directly. Listing and abort-by-prefix fan out to every node, each
 answering for the coordinator partitions it leads.
 
-Internal endpoints (``/v1/internal/txn/*``) carry the cluster's HMAC
-signature; coordinators use them to write markers on partition leaders and to
+Internal endpoints (``/v1/internal/txn/*``) accept only signed node calls
+(``cluster.http.node_auth.require_internal``); coordinators use them to write markers on partition leaders and to
 drive commit-group members on other coordinators.
 """
 
@@ -29,7 +29,7 @@ from ..txn.verification import VERIFY_PATH
 from . import parsing
 from .access import Access, AnyOf, Need, RouteTable, guard
 from .forwarding import Forwarder, Locate
-from .internal import require_internal
+from .node_auth import require_internal
 from .services import Services
 
 __all__ = ["TxnRoutes"]
@@ -355,7 +355,7 @@ class TxnRoutes:
     # ---- internal routes --------------------------------------------------------------------------
 
     async def _internal_body(self, request: web.Request) -> dict[str, Any]:
-        require_internal(self.s.config.cluster_secret, request)
+        require_internal(request)
         return parsing.parse_json_object(await request.read())
 
     async def internal_marker(self, request: web.Request) -> web.Response:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from aiohttp import web
+
+from .node_calls import NodeCall
+
 __all__ = [
     "ANONYMOUS",
     "NODE_CALL_KEY",
@@ -16,9 +20,10 @@ ANONYMOUS = "User:ANONYMOUS"
 #: An ACL's principal that matches every caller.
 WILDCARD_PRINCIPAL = "User:*"
 #: The request key (``request[PRINCIPAL_KEY]``) under which the HTTP layer keeps the authenticated principal.
-PRINCIPAL_KEY = "txb.principal"
+#: (``web.RequestKey``s: aiohttp warns about plain string keys, and the values are typed.)
+PRINCIPAL_KEY = web.RequestKey("txb.principal", str)
 #: The request key under which it keeps the verified node-to-node call (``node_calls.NodeCall``), if the request is one.
-NODE_CALL_KEY = "txb.node_call"
+NODE_CALL_KEY = web.RequestKey("txb.node_call", NodeCall)
 
 _MAX_NAME = 256
 

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from clients import Producer
-from cluster.peers import AUTH_HEADER, sign
-from tests.support.cluster import http, wait_for
+from tests.support.cluster import http, node_call, wait_for
 from verify.netns import NamespacedCluster, unavailable_reason
 
 pytestmark = [pytest.mark.fault, pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))]
@@ -36,8 +35,7 @@ def cluster(tmp_path: Path) -> Iterator[NamespacedCluster]:
 
 
 def _signed(c: NamespacedCluster, via: int, body: object) -> tuple[int, object]:
-    secret = c.configs[0].cluster_secret
-    return http("POST", c.url(via) + RELAY, body, headers={AUTH_HEADER: sign(secret, "POST", RELAY)})
+    return http("POST", c.url(via) + RELAY, body, headers=node_call(c.configs[0], via, "POST", RELAY, body))
 
 
 def test_the_relay_endpoint_carries_a_call_only_where_the_bridge_reaches(cluster: NamespacedCluster) -> None:

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from clients import Producer
-from tests.support.cluster import LocalCluster, http, wait_for
+from cluster.security.principals import ANONYMOUS
+from tests.support.cluster import LocalCluster, http, node_call, wait_for
 
 TIMEOUT_HEADER = "X-Txbroker-Timeout-Ms"
 
@@ -134,10 +135,12 @@ def test_a_coordinator_that_loses_its_leadership_answers_the_requests_it_holds_a
 
             def ask() -> None:
                 started = time.monotonic()
+                body = {"transactional_id": tid, "transaction_timeout_ms": 60_000}
+                # forwarded by another node (so C answers itself, never proxies): a node call for a client
+                forward = node_call(c.configs[x - 1], coord, "POST", "/v1/producers/init", body, principal=ANONYMOUS)
                 held["answer"] = http(
-                    "POST", c.url(coord) + "/v1/producers/init",
-                    {"transactional_id": tid, "transaction_timeout_ms": 60_000},
-                    headers={TIMEOUT_HEADER: "25000", "X-Txbroker-Forwarded": "1"}, timeout=60,
+                    "POST", c.url(coord) + "/v1/producers/init", body,
+                    headers={TIMEOUT_HEADER: "25000", **forward}, timeout=60,
                 )  # fmt: skip
                 held["took"] = time.monotonic() - started
 

@@ -26,10 +26,9 @@ from clients.protocol import (
     encode_token,
 )
 from cluster.health import scrape
-from cluster.peers import AUTH_HEADER, sign
 from cluster.txn import CarriedMarker, TxnTokens
 from tests.integration.test_transactions_http import TxnWriter, committed_values, control_batches, fetch, values
-from tests.support.cluster import LocalCluster, http
+from tests.support.cluster import LocalCluster, http, node_call
 from tests.support.txn_reads import consume_all, http_read, leader_url, wait_settled
 
 pytestmark = pytest.mark.integration
@@ -59,8 +58,7 @@ def revoke(c: LocalCluster, via: int, pid: int, epoch: int, partition: int) -> A
     path = "/v1/internal/txn/marker"
     body = {"topic": TOPIC, "partition": partition, "producer_id": pid, "producer_epoch": epoch,
             "coordinator_epoch": 0, "control_type": "COMMIT", "revoke": True}  # fmt: skip
-    status, res = http("POST", c.url(via) + path, body, headers={AUTH_HEADER: sign(c.configs[0].cluster_secret,
-                                                                                   "POST", path)})  # fmt: skip
+    status, res = http("POST", c.url(via) + path, body, headers=node_call(c.configs[0], via, "POST", path, body))
     assert status == 200, res
     return res
 

@@ -20,7 +20,7 @@ from clients.aio import AsyncProducer
 from clients.aio._transactions import TransactionAbortedError
 from clients.protocol import BrokerError, ErrorCode
 from clients.records import ConsumerGroupMetadata, PreparedTransaction, RecordMetadata
-from tests.support.cluster import LocalCluster, http, wait_for
+from tests.support.cluster import LocalCluster, http, node_call, wait_for
 from tests.support.txn_reads import consume_all, fetch_page, http_read, leader_url, wait_settled
 
 pytestmark = pytest.mark.integration
@@ -515,13 +515,11 @@ def _coordinator_writes(c: LocalCluster, tid: str) -> int:
 
 def _coordinator_log(c: LocalCluster, tid: str) -> tuple[int, int]:
     """Raft commit index and term of the transaction-state partition that coordinates ``tid``, on its leader."""
-    from cluster.peers import AUTH_HEADER, sign
-
     status, coord = http("GET", c.urls[0] + f"/v1/coordinators/transaction/{tid}")
     assert status == 200, coord
     cfg = c.configs[coord["node_id"] - 1]
-    status, state = http("GET", cfg.url + "/v1/internal/state",
-                         headers={AUTH_HEADER: sign(cfg.cluster_secret, "GET", "/v1/internal/state")})  # fmt: skip
+    state_path = "/v1/internal/state"
+    status, state = http("GET", cfg.url + state_path, headers=node_call(cfg, cfg.node_id, "GET", state_path))
     assert status == 200, state
     (entry,) = [
         v for v in state["partitions"].values()

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cluster.config import NodeConfig, free_ports, load_config, make_cluster_configs, write_configs
+from cluster.security.node_calls import NODE_CALL_HEADER, NodeCallSigner
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
@@ -69,6 +70,28 @@ def http(
     if "json" in ctype:
         return status, json.loads(payload)
     return status, payload
+
+
+def node_call(
+    config: NodeConfig,
+    to: int,
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    raw: bytes | None = None,
+    principal: str | None = None,
+    signed_at: float | None = None,
+) -> dict[str, str]:
+    """The node-call header of ``http(method, <node to's url> + path, body, raw=raw)``, signed as ``config``'s
+    node would.
+
+    ``principal``: a forwarded request acting for it (None: the node's own internal call); ``signed_at``:
+    the signing time (Unix seconds; now by default)."""
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else b"")
+    clock = time.time if signed_at is None else (lambda: signed_at)
+    signer = NodeCallSigner(config.cluster_secret, config.node_id, clock=clock)
+    return {NODE_CALL_HEADER: signer.sign(method, path, data, principal, receiver=to)}
 
 
 def plain_produce(url: str, topic: str, value: bytes, *, timeout_ms: int, timeout: float) -> tuple[int, Any]:

@@ -13,9 +13,9 @@ def served_routes() -> set[tuple[str, str]]:
     # The routes are registered from the handlers' objects; stand-in services are enough to build them.
     services = SimpleNamespace(
         config=SimpleNamespace(max_request_bytes=1 << 20, request_timeout_ms=30_000, security=None,
-                               cluster_secret="s" * 32),
+                               cluster_secret="s" * 32, node_id=1),
         metrics=NodeMetrics(), txn=None, groups=None, controller=SimpleNamespace(security_view=lambda: None),
-        nodes=None, peers=None,
+        nodes=SimpleNamespace(node_ids=lambda: [1]), peers=None,
     )  # fmt: skip
     app = make_app(services)  # type: ignore[arg-type]
     out = set()
