@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._admin_calls import AclBinding
     from .admin import Admin
     from .aio._batch import DeliveryTimeoutError
     from .aio._group import ConsumerRebalanceListener
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
+    "AclBinding": "clients._admin_calls",
     "Admin": "clients.admin",
     "BrokerError": "clients.protocol",
     "Consumer": "clients.consumer",
@@ -43,6 +45,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AclBinding",
     "Admin",
     "BrokerError",
     "Consumer",

@@ -9,7 +9,11 @@ both). Everything else (metadata, transactions, fetches) stays on aiohttp.
 
 What it speaks is deliberately small, and it refuses the rest:
 
-* one request at a time per connection, connections pooled per (host, port);
+* one request at a time per connection, connections pooled per (scheme, host, port);
+* ``https://`` over TLS with the pool's ``ssl`` context (default: the system
+  CAs), the URL's host as server name; a certificate that does not verify is
+  ``SASL_AUTHENTICATION_FAILED`` (an authentication failure, as in Kafka: not
+  retriable);
 * ``Content-Length`` responses only (the broker never chunks an answer); a
   chunked or length-less answer is a protocol error that drops the connection;
 * the response head is limited to 64 KiB and the body to ``max_body`` bytes;
@@ -21,11 +25,12 @@ What it speaks is deliberately small, and it refuses the rest:
 from __future__ import annotations
 
 import asyncio
+import ssl as _ssl
 import urllib.parse
 
 from ..protocol import BrokerError, ErrorCode
 
-__all__ = ["Http1Pool", "Http1Response"]
+__all__ = ["Http1Pool", "Http1Response", "certificate_error"]
 
 MAX_HEAD = 64 * 1024
 _MAX_IDLE_PER_HOST = 32
@@ -43,6 +48,11 @@ class Http1Response:
 
 class _ProtocolError(Exception):
     pass
+
+
+def certificate_error(what: str, exc: BaseException) -> BrokerError:
+    """The node's TLS certificate did not verify: not retriable (another attempt meets the same certificate)."""
+    return BrokerError(ErrorCode.SASL_AUTHENTICATION_FAILED, f"{what}: TLS certificate verification failed: {exc}")
 
 
 def _parse_head(head: bytes) -> tuple[int, str, int, bool]:
@@ -164,19 +174,25 @@ class _Connection(asyncio.Protocol):
 class Http1Pool:
     """Pooled keep-alive connections; ``post`` raises ``BrokerError`` for transport failures only."""
 
-    def __init__(self, *, max_body: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, *, max_body: int = 64 * 1024 * 1024, ssl: _ssl.SSLContext | None = None) -> None:
         self.max_body = max_body
-        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._ssl = ssl
+        self._idle: dict[tuple[bool, str, int], list[_Connection]] = {}
         self._all: set[_Connection] = set()
-        self._heads: dict[tuple[str, str, bytes], tuple[str, int, bytes]] = {}
+        self._heads: dict[tuple[str, str, bytes], tuple[bool, str, int, bytes]] = {}
+
+    def _context(self) -> _ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = _ssl.create_default_context()
+        return self._ssl
 
     async def post(
         self, url: str, body: bytes, content_type: str, timeout: float, extra_head: bytes = b""
     ) -> Http1Response:
         """POST ``body``; ``extra_head`` is more header lines, each ending in CRLF (fixed per url)."""
-        host, port, head_prefix = self._target(url, content_type, extra_head)
+        tls, host, port, head_prefix = self._target(url, content_type, extra_head)
         head = head_prefix + b"%d\r\n\r\n" % len(body)
-        idle = self._idle.setdefault((host, port), [])
+        idle = self._idle.setdefault((tls, host, port), [])
         conn: _Connection | None = None
         while idle and conn is None:
             c = idle.pop()
@@ -188,12 +204,18 @@ class Http1Pool:
             async with asyncio.timeout(timeout):
                 if conn is None:
                     loop = asyncio.get_running_loop()
-                    _, conn = await loop.create_connection(lambda: _Connection(self.max_body), host, port)
+                    _, conn = await loop.create_connection(
+                        lambda: _Connection(self.max_body), host, port,
+                        ssl=self._context() if tls else None, server_hostname=host if tls else None,
+                    )  # fmt: skip
                     self._all.add(conn)
                 answer = await conn.send(head, body)
         except TimeoutError:
             self._drop(conn)
             raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, f"POST {url}: no answer within {timeout:.3f}s") from None
+        except _ssl.SSLCertVerificationError as exc:
+            self._drop(conn)
+            raise certificate_error(f"POST {url}", exc) from exc
         except (OSError, _ProtocolError) as exc:
             self._drop(conn)
             raise BrokerError(ErrorCode.NETWORK_EXCEPTION, f"POST {url}: {type(exc).__name__}: {exc}") from exc
@@ -207,14 +229,17 @@ class Http1Pool:
             self._drop(conn)
         return answer
 
-    def _target(self, url: str, content_type: str, extra_head: bytes) -> tuple[str, int, bytes]:
+    def _target(self, url: str, content_type: str, extra_head: bytes) -> tuple[bool, str, int, bytes]:
         key = (url, content_type, extra_head)
         hit = self._heads.get(key)
         if hit is None:
             parts = urllib.parse.urlsplit(url)
-            if parts.scheme != "http" or not parts.hostname:
-                raise BrokerError(ErrorCode.INVALID_CONFIG, f"only http:// URLs are supported, got {url!r}")
-            host, port = parts.hostname, parts.port or 80
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise BrokerError(
+                    ErrorCode.INVALID_CONFIG, f"only http:// and https:// URLs are supported, got {url!r}"
+                )
+            tls = parts.scheme == "https"
+            host, port = parts.hostname, parts.port or (443 if tls else 80)
             path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
             authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             prefix = (
@@ -227,7 +252,7 @@ class Http1Pool:
             )
             if len(self._heads) > 1024:
                 self._heads.clear()
-            hit = self._heads[key] = (host, port, prefix)
+            hit = self._heads[key] = (tls, host, port, prefix)
         return hit
 
     def _drop(self, conn: _Connection | None) -> None:

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from .._security import is_auth_failure
 from ..protocol import (
     PRODUCE_CONTENT_TYPE,
     BrokerError,
@@ -212,6 +213,8 @@ class Sender:
         try:
             await self._metadata.refresh()
         except BrokerError as exc:
+            if is_auth_failure(exc):
+                self._acc.fail_all(exc)  # not retriable: waiting for a leader would only repeat it
             log.debug("metadata refresh failed: %s", exc)
             await asyncio.sleep(self._retry_backoff_s)
         self._wake.set()

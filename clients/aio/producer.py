@@ -50,8 +50,9 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
+from .._security import ClientSecurity, SecurityOptions
 from ..partitioner import partition_for_key
 from ..protocol import BrokerError, ErrorCode
 from ..records import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction, RecordMetadata, TopicPartition
@@ -67,7 +68,7 @@ from ._batch import (
 )
 from ._batch_reports import BatchReports
 from ._idempotence import IdempotenceManager
-from ._metadata import MetadataCache
+from ._metadata import MetadataCache, parse_bootstrap
 from ._pipelined_commit import PipelinedCommit
 from ._sender import Sender
 from ._session import HttpSession
@@ -151,6 +152,7 @@ class AsyncProducer:
         stall_refresh_ms: int = 2_500,
         url_rewrites: Mapping[str, str] | None = None,
         _on_release: Callable[[int], None] | None = None,
+        **security: Unpack[SecurityOptions],
     ) -> None:
         self._acks = _acks(acks)
         if transactional_id is not None:
@@ -186,7 +188,8 @@ class AsyncProducer:
         self._max_block_s = max_block_ms / 1000
         self._retry_backoff_s = retry_backoff_ms / 1000
         self._rewrites = {k.rstrip("/"): v.rstrip("/") for k, v in (url_rewrites or {}).items()}
-        self._session = HttpSession(request_timeout_ms=request_timeout_ms)
+        sec = ClientSecurity.from_options(parse_bootstrap(bootstrap), **security)
+        self._session = HttpSession(request_timeout_ms=request_timeout_ms, security=sec)
         self._metadata = MetadataCache(self._session, bootstrap, metadata_max_age_ms=metadata_max_age_ms)
         self._idem = IdempotenceManager(enabled=enable_idempotence, transactional=transactional_id is not None)
         self._txn = TransactionManager(transactional_id, self._idem) if transactional_id is not None else None

@@ -120,12 +120,17 @@ def test_oversized_answer_and_dropped_connection_are_network_errors() -> None:
     run_with_server(big_or_drop, scenario)
 
 
-def test_only_http_urls_are_accepted() -> None:
+def test_only_http_and_https_urls_are_accepted() -> None:
     async def scenario(url: str, _stats: dict[str, Any]) -> None:
         pool = Http1Pool()
         with pytest.raises(BrokerError) as info:
-            await pool.post(url.replace("http://", "https://"), b"", "a/b", 1.0)
+            await pool.post(url.replace("http://", "ftp://"), b"", "a/b", 1.0)
         assert info.value.error_code is ErrorCode.INVALID_CONFIG
+        # https:// to a server that speaks plain HTTP: a TLS handshake failure (transport), never plain text
+        with pytest.raises(BrokerError) as info:
+            await pool.post(url.replace("http://", "https://"), b"", "a/b", 5.0)
+        assert info.value.error_code is ErrorCode.NETWORK_EXCEPTION
+        await pool.close()
 
     run_with_server(echo, scenario)
 
