@@ -34,6 +34,7 @@ __all__ = ["Http1Pool", "Http1Response", "certificate_error"]
 
 MAX_HEAD = 64 * 1024
 _MAX_IDLE_PER_HOST = 32
+_CLOSE_WAIT_S = 1.0
 
 
 class Http1Response:
@@ -101,6 +102,7 @@ class _Connection(asyncio.Protocol):
         self._buf = bytearray()
         self._head: tuple[int, str, int, bool] | None = None
         self._waiter: asyncio.Future[Http1Response] | None = None
+        self.lost = asyncio.Event()
 
     # ---- asyncio.Protocol -------------------------------------------------------------------
 
@@ -120,6 +122,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.lost.set()
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_exception(ConnectionResetError(f"connection closed before the answer: {exc or 'EOF'}"))
@@ -261,7 +264,18 @@ class Http1Pool:
             self._all.discard(conn)
 
     async def close(self) -> None:
-        for conn in list(self._all):
+        """Close every connection and wait (briefly) until they are gone: a TLS connection ends with a
+        close_notify exchange, and the loop may stop right after this returns."""
+        conns = [c for c in self._all if c.transport is not None]
+        for conn in conns:
             conn.close()
         self._all.clear()
         self._idle.clear()
+        try:
+            async with asyncio.timeout(_CLOSE_WAIT_S):
+                for conn in conns:
+                    await conn.lost.wait()
+        except TimeoutError:
+            for conn in conns:
+                if conn.transport is not None and not conn.lost.is_set():
+                    conn.transport.abort()

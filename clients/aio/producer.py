@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Unpack
 
-from .._security import ClientSecurity, SecurityOptions
+from .._security import ClientSecurity, SecurityOptions, is_auth_failure
 from ..partitioner import partition_for_key
 from ..protocol import BrokerError, ErrorCode
 from ..records import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction, RecordMetadata, TopicPartition
@@ -759,6 +759,8 @@ class AsyncProducer:
             try:
                 await self._metadata.refresh()
             except BrokerError as exc:
+                if is_auth_failure(exc):
+                    raise
                 last = exc
             n = self._metadata.cached_partition_count(topic)
             if n:
