@@ -11,7 +11,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._admin_calls import AclBinding
     from .admin import Admin
     from .aio._batch import DeliveryTimeoutError
     from .aio._group import ConsumerRebalanceListener
@@ -26,9 +25,10 @@ if TYPE_CHECKING:
         RecordMetadata,
         TopicPartition,
     )
+    from .security import AclBinding
 
 _EXPORTS = {
-    "AclBinding": "clients._admin_calls",
+    "AclBinding": "clients.security",
     "Admin": "clients.admin",
     "BrokerError": "clients.protocol",
     "Consumer": "clients.consumer",

@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 from .protocol import BrokerError, ErrorCode
+from .security import ACL_FIELDS, AclBinding
 
 T = TypeVar("T")
 
@@ -161,40 +162,6 @@ def describe_producers(topic: str, partition: int) -> AdminCall[list[dict[str, A
 
 
 # ---- security: ACLs, users, the caller's principal (API.md "Security") ----------------------
-
-ACL_FIELDS = ("principal", "host", "resource_type", "resource_name", "pattern_type", "operation", "permission")
-
-
-@dataclass(frozen=True, slots=True)
-class AclBinding:
-    """One ACL (Kafka's model): ``principal`` may ``operation`` on a resource, or is denied it.
-
-    ``resource_type``: TOPIC, GROUP, CLUSTER (named ``kafka-cluster``) or
-    TRANSACTIONAL_ID; ``pattern_type``: LITERAL (``*`` matches every name) or
-    PREFIXED; ``operation``: ALL, READ, WRITE, CREATE, DELETE, ALTER,
-    DESCRIBE, IDEMPOTENT_WRITE; ``permission``: ALLOW or DENY. The broker
-    checks every field; ``Admin.create_acls`` takes these or the same JSON
-    objects as dicts.
-    """
-
-    principal: str
-    resource_type: str
-    resource_name: str
-    operation: str
-    permission: str = "ALLOW"
-    host: str = "*"
-    pattern_type: str = "LITERAL"
-
-    def to_json(self) -> dict[str, str]:
-        return {name: getattr(self, name) for name in ACL_FIELDS}
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> AclBinding:
-        """An ACL object of the broker's answers (``describe_acls``) as a binding."""
-        missing = [n for n in ("principal", "resource_type", "resource_name", "operation") if n not in obj]
-        if missing:
-            raise BrokerError(ErrorCode.INVALID_REQUEST, f"ACL object without {', '.join(missing)}: {obj!r}")
-        return cls(**{n: str(obj[n]) for n in ACL_FIELDS if n in obj})
 
 
 def _acl_json(acl: AclBinding | dict[str, Any]) -> dict[str, Any]:

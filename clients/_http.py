@@ -8,10 +8,10 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from ._security import ClientSecurity
 from .aio._http1 import certificate_error
 from .aio._session import error_from_body
 from .protocol import BrokerError, ErrorCode
+from .security import ClientSecurity
 
 
 def request_json(

@@ -15,17 +15,16 @@ from collections.abc import Sequence
 from typing import Any, TypeVar, Unpack
 
 from . import _admin_calls as calls
-from ._admin_calls import AclBinding
 from ._http import request_json
-from ._security import ClientSecurity, SecurityOptions
 from .aio._metadata import parse_bootstrap
 from .protocol import BrokerError
+from .security import AclBinding, ClientSecurity, SecurityOptions
 
 T = TypeVar("T")
 
 
 class Admin:
-    """``security`` takes ``clients._security.SecurityOptions`` (credentials, CA, client certificate)."""
+    """``security`` takes ``clients.security.SecurityOptions`` (credentials, CA, client certificate)."""
 
     def __init__(
         self, bootstrap: str | Sequence[str], *, request_timeout_ms: int = 30000, **security: Unpack[SecurityOptions]

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from .._security import is_auth_failure
 from ..protocol import BrokerError, ErrorCode
+from ..security import is_auth_failure
 from ._session import HttpSession
 
 

@@ -35,7 +35,6 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from .._security import is_auth_failure
 from ..protocol import (
     PRODUCE_CONTENT_TYPE,
     BrokerError,
@@ -45,6 +44,7 @@ from ..protocol import (
     decode_token,
     encode_produce_request,
 )
+from ..security import is_auth_failure
 from ._accumulator import METADATA_ERRORS, Outcome, RecordAccumulator
 from ._batch import ProducerBatch
 from ._idempotence import IdempotenceManager, ProducerIdState

@@ -21,8 +21,8 @@ from typing import Any
 
 import aiohttp
 
-from .._security import ClientSecurity
 from ..protocol import BrokerError, ErrorCode
+from ..security import ClientSecurity
 from ._http1 import Http1Pool, certificate_error
 
 JSON_TYPE = "application/json"

@@ -33,9 +33,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from .._security import is_auth_failure
 from ..protocol import BrokerError, ErrorCode, decode_token, encode_token
 from ..records import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from ..security import is_auth_failure
 from ._idempotence import ProducerIdAndEpoch
 from ._metadata import METADATA_NODE_TIMEOUT_S, MetadataCache
 from ._session import HttpSession

@@ -7,9 +7,8 @@ from collections.abc import Sequence
 from typing import Any, TypeVar, Unpack
 
 from .. import _admin_calls as calls
-from .._admin_calls import AclBinding
-from .._security import ClientSecurity, SecurityOptions
 from ..protocol import BrokerError
+from ..security import AclBinding, ClientSecurity, SecurityOptions
 from ._metadata import parse_bootstrap
 from ._session import HttpSession
 

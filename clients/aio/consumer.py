@@ -41,9 +41,9 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any, Unpack
 
 from .._fetch_decode import ISOLATION_LEVELS, READ_COMMITTED, Deserializer
-from .._security import ClientSecurity, SecurityOptions
 from ..protocol import BrokerError, ErrorCode
 from ..records import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
+from ..security import ClientSecurity, SecurityOptions
 from ._fetcher import READ_REPLICAS, FetchConfig, Fetcher, OffsetResetStrategy, PartitionState
 from ._group import ConsumerCoordinator, ConsumerRebalanceListener, GroupConfig, MemberState
 from ._metadata import MetadataCache, parse_bootstrap

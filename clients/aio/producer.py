@@ -52,10 +52,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Unpack
 
-from .._security import ClientSecurity, SecurityOptions, is_auth_failure
 from ..partitioner import partition_for_key
 from ..protocol import BrokerError, ErrorCode
 from ..records import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction, RecordMetadata, TopicPartition
+from ..security import ClientSecurity, SecurityOptions, is_auth_failure
 from ._accumulator import RecordAccumulator
 from ._batch import (
     BATCH_OVERHEAD,

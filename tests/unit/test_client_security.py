@@ -9,10 +9,10 @@ import pytest
 
 from clients import AclBinding, Admin
 from clients import _admin_calls as calls
-from clients._security import ClientSecurity, basic_authorization, is_auth_failure
 from clients.aio import AsyncAdmin, AsyncProducer
 from clients.aio._session import error_from_body
 from clients.protocol import BrokerError, ErrorCode
+from clients.security import ClientSecurity, basic_authorization, is_auth_failure
 
 HTTP = ["http://127.0.0.1:9091"]
 HTTPS = ["https://127.0.0.1:9091", "https://node-2:9092"]

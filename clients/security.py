@@ -27,14 +27,16 @@ import base64
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from .protocol import BrokerError, ErrorCode
 
 __all__ = [
+    "ACL_FIELDS",
     "AUTH_FAILURES",
     "SASL_MECHANISMS",
     "SECURITY_PROTOCOLS",
+    "AclBinding",
     "ClientSecurity",
     "SecurityOptions",
     "basic_authorization",
@@ -171,3 +173,40 @@ def client_ssl_context(
         except (OSError, ssl.SSLError) as exc:
             raise ValueError(f"ssl_certfile {certfile!r} / ssl_keyfile {keyfile!r}: {exc}") from exc
     return ctx
+
+
+# ---- ACLs as values (Admin.create_acls / describe_acls / delete_acls) ---------------------------------
+
+ACL_FIELDS = ("principal", "host", "resource_type", "resource_name", "pattern_type", "operation", "permission")
+
+
+@dataclass(frozen=True, slots=True)
+class AclBinding:
+    """One ACL (Kafka's model): ``principal`` may ``operation`` on a resource, or is denied it.
+
+    ``resource_type``: TOPIC, GROUP, CLUSTER (named ``kafka-cluster``) or
+    TRANSACTIONAL_ID; ``pattern_type``: LITERAL (``*`` matches every name) or
+    PREFIXED; ``operation``: ALL, READ, WRITE, CREATE, DELETE, ALTER,
+    DESCRIBE, IDEMPOTENT_WRITE; ``permission``: ALLOW or DENY. The broker
+    checks every field; ``Admin.create_acls`` takes these or the same JSON
+    objects as dicts.
+    """
+
+    principal: str
+    resource_type: str
+    resource_name: str
+    operation: str
+    permission: str = "ALLOW"
+    host: str = "*"
+    pattern_type: str = "LITERAL"
+
+    def to_json(self) -> dict[str, str]:
+        return {name: getattr(self, name) for name in ACL_FIELDS}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> AclBinding:
+        """An ACL object of the broker's answers (``describe_acls``) as a binding."""
+        missing = [n for n in ("principal", "resource_type", "resource_name", "operation") if n not in obj]
+        if missing:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"ACL object without {', '.join(missing)}: {obj!r}")
+        return cls(**{n: str(obj[n]) for n in ACL_FIELDS if n in obj})
