@@ -148,13 +148,14 @@ def _print_acls(acls: Iterable[dict[str, Any]], out: TextIO) -> None:
     """Grouped by resource, like kafka-acls.sh."""
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for a in acls:
-        groups.setdefault((a["resource_type"], a["resource_name"], a["pattern_type"]), []).append(a)
+        key = (str(a.get("resource_type")), str(a.get("resource_name")), str(a.get("pattern_type", "LITERAL")))
+        groups.setdefault(key, []).append(a)
     for (rtype, name, pattern), items in sorted(groups.items()):
         out.write(f"Current ACLs for resource `ResourcePattern(resourceType={rtype}, name={name}, "
                   f"patternType={pattern})`:\n")  # fmt: skip
-        for a in sorted(items, key=lambda x: (x["principal"], x["host"], x["operation"], x["permission"])):
-            out.write(f" \t(principal={a['principal']}, host={a['host']}, operation={a['operation']}, "
-                      f"permissionType={a['permission']})\n")  # fmt: skip
+        for a in sorted(items, key=lambda x: json.dumps(x, sort_keys=True)):
+            out.write(f" \t(principal={a.get('principal')}, host={a.get('host', '*')}, "
+                      f"operation={a.get('operation')}, permissionType={a.get('permission')})\n")  # fmt: skip
         out.write("\n")
 
 

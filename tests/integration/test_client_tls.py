@@ -11,6 +11,7 @@ presented, and a 401/403 is raised at once, never retried.
 from __future__ import annotations
 
 import asyncio
+import json
 import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -79,7 +80,7 @@ def test_async_admin_acl_calls(broker: FakeHttpsBroker) -> None:
             listed = await admin.describe_acls(principal="User:bob", resource_type="TOPIC", operation=None)
             assert listed[0]["resource_name"] == "t"
             deleted = await admin.delete_acls([{"principal": "User:bob"}, AclBinding("User:c", "TOPIC", "x", "ALL")])
-            assert [d["principal"] for d in deleted] == ["User:bob", "User:c"]
+            assert [d["principal"] for d in deleted] == ["User:bob", "User:bob"]  # one request per filter
             assert await admin.whoami() == "User:alice"
 
     asyncio.run(main())
@@ -88,6 +89,8 @@ def test_async_admin_acl_calls(broker: FakeHttpsBroker) -> None:
     query = urllib.parse.parse_qs(urllib.parse.urlsplit(seen[1].path_qs).query)
     assert query == {"principal": ["User:bob"], "resource_type": ["TOPIC"]}
     assert b'"acls": [{"principal": "User:bob", "host": "*", "resource_type": "TOPIC"' in seen[0].body
+    assert json.loads(seen[2].body) == {"principal": "User:bob"}
+    assert json.loads(seen[3].body) == AclBinding("User:c", "TOPIC", "x", "ALL").to_json()
     assert all(s.authorization == broker.expected_authorization() for s in broker.requests())
 
 

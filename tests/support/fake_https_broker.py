@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import ssl
 import threading
 from dataclasses import dataclass, field
@@ -133,16 +132,16 @@ class FakeHttpsBroker:
         if path == "/v1/acls":
             if method == "POST":
                 return web.json_response({}, status=201)
-            if method == "DELETE":
-                return web.json_response({"deleted": [json.loads(body)]})
-            return web.json_response({"acls": [{"principal": "User:bob", "host": "*", "resource_type": "TOPIC",
-                                                "resource_name": "t", "pattern_type": "LITERAL",
-                                                "operation": "READ", "permission": "ALLOW"}]})  # fmt: skip
+            return web.json_response({"deleted" if method == "DELETE" else "acls": [_BOB_READS_T]})
         if path == "/v1/users" and method == "GET":
             return web.json_response({"users": [{"name": "bob", "mechanisms": ["SCRAM-SHA-256"]}]})
         if path.startswith("/v1/users/") and method in ("PUT", "DELETE"):
             return web.json_response({})
         return _error(404, "UNKNOWN_SERVER_ERROR", f"no route {method} {path}")
+
+
+_BOB_READS_T = {"principal": "User:bob", "host": "*", "resource_type": "TOPIC", "resource_name": "t",
+                "pattern_type": "LITERAL", "operation": "READ", "permission": "ALLOW"}  # fmt: skip
 
 
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
