@@ -149,3 +149,18 @@ def test_password_comes_from_stdin_or_a_confirmed_prompt() -> None:
         read_password(args, io.StringIO(), lambda _p: next(answers))
     with pytest.raises(SystemExit):
         build_parser().parse_args(["user", "create", "bob", "--password", "x"])
+
+
+def test_verify_takes_command_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from verify.command import main as verify_main
+
+    assert verify_main(["--command-config", str(tmp_path / "absent.toml"), "--record", str(tmp_path / "h")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    no_url = write(tmp_path / "n.toml", 'username = "a"\npassword = "b"\n')
+    assert verify_main(["--command-config", str(no_url)]) == 2
+    assert "names no bootstrap" in capsys.readouterr().err
+    contradiction = write(tmp_path / "c.toml", 'bootstrap = "http://a:1"\nsecurity_protocol = "SSL"\n')
+    assert verify_main(["--command-config", str(contradiction)]) == 2
+    assert "needs https://" in capsys.readouterr().err
+    assert verify_main(["--nemesis", "--command-config", str(contradiction)]) == 2
+    assert not (tmp_path / "h").exists()
