@@ -162,7 +162,6 @@ def test_wrong_password_raises_sasl_authentication_failed_once(broker: FakeHttps
     # one metadata request (and the idempotent producer's id request, sent in the background): none repeated
     assert len(broker.requests("/v1/metadata")) == 1
     assert len(broker.requests("/v1/producers/init")) <= 1
-    before = len(broker.requests())
 
     async def consume() -> None:
         consumer = AsyncConsumer(urls, **bad)
@@ -174,7 +173,8 @@ def test_wrong_password_raises_sasl_authentication_failed_once(broker: FakeHttps
             await consumer.close()
 
     asyncio.run(consume())
-    assert len(broker.requests()) == before + 1
+    assert len(broker.requests("/v1/metadata")) == 2  # the producer's one and the consumer's one
+    assert {s.path_qs.split("?")[0] for s in broker.requests()} <= {"/v1/topics", "/v1/metadata", "/v1/producers/init"}
 
 
 def test_forbidden_raises_its_authorization_code_without_retry(broker_factory: Factory) -> None:
@@ -208,3 +208,27 @@ def test_client_certificate_is_presented(broker_factory: Factory) -> None:
     assert broker.requests()[0].authorization is None
     with pytest.raises(BrokerError):  # without a certificate the handshake fails
         Admin(broker.url, ssl_cafile=str(broker.ca.ca_file)).whoami()
+
+
+def test_spark_http_sends_credentials_over_tls_and_stops_at_401(broker: FakeHttpsBroker) -> None:
+    from spark_io import _http
+    from spark_io.broker import BrokerClient
+    from spark_io.options import Credentials
+
+    good = Credentials(broker.username, broker.password, str(broker.ca.ca_file))
+    try:
+        client = BrokerClient(broker.url, credentials=good)
+        assert client.partition_count("t") == 1
+        assert broker.requests()[-1].authorization == broker.expected_authorization()
+        bad = BrokerClient([broker.url, broker.url.replace("127.0.0.1", "localhost")],
+                           credentials=Credentials(broker.username, "wrong", str(broker.ca.ca_file)))  # fmt: skip
+        before = len(broker.requests())
+        with pytest.raises(BrokerError) as info:
+            bad.retrying(lambda: bad.partition_count("t"), "metadata")
+        assert info.value.error_code is ErrorCode.SASL_AUTHENTICATION_FAILED
+        assert len(broker.requests()) == before + 1
+        with pytest.raises(BrokerError) as info:
+            BrokerClient(broker.url, credentials=Credentials(broker.username, broker.password)).partition_count("t")
+        assert info.value.error_code is ErrorCode.SASL_AUTHENTICATION_FAILED  # no CA: not trusted
+    finally:
+        _http.close_all()
