@@ -112,3 +112,23 @@ def test_bad_config_files_exit_2_with_one_line(tmp_path: Path, broker: FakeHttps
     res = txbroker("whoami", "--command-config", str(wrong))
     assert res.returncode == 1 and b"SASL_AUTHENTICATION_FAILED" in res.stderr
     assert len(broker.requests()) == 1
+
+
+def test_health_and_status_urllib_calls_trust_the_ca_and_carry_credentials_only_inside_the_block(
+    broker: FakeHttpsBroker, config: Path
+) -> None:
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    from cluster.cli import build_parser
+    from cluster.client_config import apply_command_config, urllib_security
+
+    args = build_parser().parse_args(["cluster", "status", "--command-config", str(config)])
+    apply_command_config(args)
+    with urllib_security(args), urllib.request.urlopen(broker.url + "/v1/whoami", timeout=10) as resp:
+        assert json.loads(resp.read()) == {"principal": "User:alice"}
+    assert broker.requests()[-1].authorization == broker.expected_authorization()
+    with pytest.raises(urllib.error.URLError) as info:
+        urllib.request.urlopen(broker.url + "/v1/whoami", timeout=10)
+    assert isinstance(info.value.reason, ssl.SSLCertVerificationError)
