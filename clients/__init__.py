@@ -25,8 +25,10 @@ if TYPE_CHECKING:
         RecordMetadata,
         TopicPartition,
     )
+    from .security import AclBinding
 
 _EXPORTS = {
+    "AclBinding": "clients.security",
     "Admin": "clients.admin",
     "BrokerError": "clients.protocol",
     "Consumer": "clients.consumer",
@@ -43,6 +45,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AclBinding",
     "Admin",
     "BrokerError",
     "Consumer",

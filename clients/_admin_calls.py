@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 from .protocol import BrokerError, ErrorCode
+from .security import ACL_FIELDS, AclBinding
 
 T = TypeVar("T")
 
@@ -158,3 +159,85 @@ def commit_prepared_group(
 def describe_producers(topic: str, partition: int) -> AdminCall[list[dict[str, Any]]]:
     path = f"{_topic_path(topic)}/partitions/{int(partition)}/producers"
     return AdminCall("GET", path, None, lambda b: list(_dict(b)["producers"]))
+
+
+# ---- security: ACLs, users, the caller's principal (API.md "Security") ----------------------
+
+
+def _acl_json(acl: AclBinding | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(acl, AclBinding):
+        return acl.to_json()
+    if isinstance(acl, dict):
+        return dict(acl)
+    raise BrokerError(ErrorCode.INVALID_REQUEST, f"an ACL is an AclBinding or a dict, not {type(acl).__name__}")
+
+
+def _filter_json(flt: AclBinding | dict[str, Any]) -> dict[str, str]:
+    if isinstance(flt, AclBinding):
+        return flt.to_json()
+    if not isinstance(flt, dict):
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"an ACL filter is a dict, not {type(flt).__name__}")
+    unknown = sorted(set(flt) - set(ACL_FIELDS))
+    if unknown:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"unknown ACL filter fields {unknown}; known: {list(ACL_FIELDS)}")
+    return {k: str(v) for k, v in flt.items() if v is not None}
+
+
+def create_acls(acls: Sequence[AclBinding | dict[str, Any]]) -> AdminCall[None]:
+    body = [_acl_json(a) for a in acls]
+    if not body:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "create_acls needs at least one ACL")
+    return AdminCall("POST", "/v1/acls", {"acls": body}, lambda _b: None)
+
+
+def describe_acls(flt: dict[str, Any]) -> AdminCall[list[dict[str, Any]]]:
+    query = "&".join(f"{k}={quote(v, safe='')}" for k, v in _filter_json(flt).items())
+    return AdminCall("GET", "/v1/acls" + ("?" + query if query else ""), None, lambda b: list(_dict(b)["acls"]))
+
+
+def delete_acls(flt: AclBinding | dict[str, Any]) -> AdminCall[list[dict[str, Any]]]:
+    """One filter per request (the broker takes one filter object); every field left out matches anything."""
+    return AdminCall("DELETE", "/v1/acls", _filter_json(flt), lambda b: list(_dict(b)["deleted"]))
+
+
+def _user_path(name: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"user name must be a non-empty string, not {name!r}")
+    return f"/v1/users/{quote(name, safe='')}"
+
+
+USER_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def upsert_user(name: str, password: str, mechanism: str, iterations: int | None) -> AdminCall[None]:
+    if mechanism not in USER_MECHANISMS:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"mechanism must be one of {USER_MECHANISMS}, not {mechanism!r}")
+    if not isinstance(password, str) or not password:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "password must be a non-empty string")
+    body: dict[str, Any] = {"password": password, "mechanism": mechanism}
+    if iterations is not None:
+        body["iterations"] = int(iterations)
+    return AdminCall("PUT", _user_path(name), body, lambda _b: None)
+
+
+def delete_user(name: str) -> AdminCall[None]:
+    return AdminCall("DELETE", _user_path(name), None, lambda _b: None)
+
+
+def list_users() -> AdminCall[list[dict[str, Any]]]:
+    return AdminCall("GET", "/v1/users", None, lambda b: list(_dict(b)["users"]))
+
+
+def whoami() -> AdminCall[str]:
+    return AdminCall("GET", "/v1/whoami", None, lambda b: str(_dict(b)["principal"]))
+
+
+AclFilters = AclBinding | dict[str, Any] | Sequence[AclBinding | dict[str, Any]]
+
+
+def as_filters(filters: AclFilters) -> list[AclBinding | dict[str, Any]]:
+    """``delete_acls``'s argument: one filter (a dict, or a binding to delete exactly) or a list of them."""
+    out: list[AclBinding | dict[str, Any]] = [filters] if isinstance(filters, AclBinding | dict) else list(filters)
+    if not out:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "delete_acls needs at least one filter")
+    return out

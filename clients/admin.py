@@ -12,26 +12,36 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from . import _admin_calls as calls
 from ._http import request_json
 from .aio._metadata import parse_bootstrap
 from .protocol import BrokerError
+from .security import AclBinding, ClientSecurity, SecurityOptions
 
 T = TypeVar("T")
 
 
 class Admin:
-    def __init__(self, bootstrap: str | Sequence[str], *, request_timeout_ms: int = 30000) -> None:
+    """``security`` takes ``clients.security.SecurityOptions`` (credentials, CA, client certificate)."""
+
+    def __init__(
+        self, bootstrap: str | Sequence[str], *, request_timeout_ms: int = 30000, **security: Unpack[SecurityOptions]
+    ) -> None:
         self._urls = parse_bootstrap(bootstrap)
         self._timeout = request_timeout_ms / 1000
+        self._security = ClientSecurity.from_options(self._urls, **security)
 
     def _run(self, call: calls.AdminCall[T]) -> T:
         last: BrokerError | None = None
         for url in self._urls:
             try:
-                return call.parse(request_json(call.method, url + call.path, call.body, timeout=self._timeout))
+                return call.parse(
+                    request_json(
+                        call.method, url + call.path, call.body, timeout=self._timeout, security=self._security
+                    )
+                )
             except BrokerError as exc:
                 if not calls.should_try_next_node(exc):
                     raise
@@ -107,6 +117,42 @@ class Admin:
 
     def describe_producers(self, topic: str, partition: int) -> list[dict[str, Any]]:
         return self._run(calls.describe_producers(topic, partition))
+
+    # ---- security (API.md "Security") ------------------------------------------------------------
+
+    def create_acls(self, acls: Sequence[AclBinding | dict[str, Any]]) -> None:
+        """Add ACLs (``AclBinding`` values or their JSON objects as dicts), all in one request."""
+        self._run(calls.create_acls(acls))
+
+    def describe_acls(self, **acl_filter: str | None) -> list[dict[str, Any]]:
+        """ACLs matching every given field (``principal``, ``host``, ``resource_type``, ``resource_name``,
+        ``pattern_type``, ``operation``, ``permission``; a field left out or None matches anything)."""
+        return self._run(calls.describe_acls(acl_filter))
+
+    def delete_acls(self, filters: calls.AclFilters) -> list[dict[str, Any]]:
+        """Delete the ACLs matching each filter (one request per filter); returns every ACL deleted."""
+        deleted: list[dict[str, Any]] = []
+        for flt in calls.as_filters(filters):
+            part = self._run(calls.delete_acls(flt))
+            deleted += part
+        return deleted
+
+    def upsert_user(
+        self, name: str, password: str, mechanism: str = "SCRAM-SHA-256", iterations: int | None = None
+    ) -> None:
+        """Create the user or change its password (the broker keeps only the salted SCRAM credential)."""
+        self._run(calls.upsert_user(name, password, mechanism, iterations))
+
+    def delete_user(self, name: str) -> None:
+        self._run(calls.delete_user(name))
+
+    def list_users(self) -> list[dict[str, Any]]:
+        """``[{"name", "mechanisms"}]``, never a secret."""
+        return self._run(calls.list_users())
+
+    def whoami(self) -> str:
+        """The principal the cluster knows this client as, e.g. ``"User:alice"``."""
+        return self._run(calls.whoami())
 
     def close(self) -> None:
         """Nothing to release (one connection per call); here for kafka-python parity."""

@@ -16,6 +16,7 @@ from typing import Any
 from clients.admin import Admin
 from clients.protocol import BrokerError
 
+from .client_config import add_cluster_options, apply_command_config, client_options, urllib_security
 from .config import ConfigError, NodeConfig, load_config, make_cluster_configs, write_configs
 from .prometheus_config import write_prometheus_files
 
@@ -156,7 +157,8 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
 def cmd_cluster_status(args: argparse.Namespace) -> int:
     from .health import cluster_status
 
-    print(cluster_status(args.bootstrap))
+    with urllib_security(args):
+        print(cluster_status(args.bootstrap))
     return 0
 
 
@@ -169,7 +171,8 @@ def cmd_cluster_health(args: argparse.Namespace) -> int:
     report = None
     try:
         while True:
-            report = check_health(args.bootstrap)
+            with urllib_security(args):
+                report = check_health(args.bootstrap)
             text = json.dumps(report.to_json(), sort_keys=True) if args.format == "json" else report.render()
             done = not (args.watch or args.exit_when_healthy) or (args.exit_when_healthy and report.healthy)
             done = done or (deadline is not None and time.monotonic() > deadline)
@@ -206,24 +209,26 @@ def cmd_node_start(args: argparse.Namespace) -> int:
 
 def cmd_topic_create(args: argparse.Namespace) -> int:
     config = dict(kv.split("=", 1) for kv in args.config or [])
-    res = Admin(args.bootstrap).create_topic(args.name, args.partitions, args.replication_factor, config or None)
+    res = Admin(args.bootstrap, **client_options(args)).create_topic(
+        args.name, args.partitions, args.replication_factor, config or None
+    )
     print(f"created topic {res['name']} ({len(res['partitions'])} partitions, RF {res['replication_factor']})")
     return 0
 
 
 def cmd_topic_list(args: argparse.Namespace) -> int:
-    for t in Admin(args.bootstrap).list_topics():
+    for t in Admin(args.bootstrap, **client_options(args)).list_topics():
         print(f"{t['name']}\tpartitions={t['partitions']}\treplication_factor={t['replication_factor']}")
     return 0
 
 
 def cmd_topic_describe(args: argparse.Namespace) -> int:
-    _print(Admin(args.bootstrap).describe_topic(args.name))
+    _print(Admin(args.bootstrap, **client_options(args)).describe_topic(args.name))
     return 0
 
 
 def cmd_topic_delete(args: argparse.Namespace) -> int:
-    Admin(args.bootstrap).delete_topic(args.name)
+    Admin(args.bootstrap, **client_options(args)).delete_topic(args.name)
     print(f"deleted topic {args.name}")
     return 0
 
@@ -233,7 +238,7 @@ def cmd_topic_delete(args: argparse.Namespace) -> int:
 
 def cmd_txn_list(args: argparse.Namespace) -> int:
     states = [s for s in (args.state or "").split(",") if s]
-    txns = Admin(args.bootstrap).list_transactions(states or None, args.prefix or "")
+    txns = Admin(args.bootstrap, **client_options(args)).list_transactions(states or None, args.prefix or "")
     if args.json:
         _print(txns)
         return 0
@@ -251,12 +256,12 @@ def cmd_txn_list(args: argparse.Namespace) -> int:
 
 
 def cmd_txn_describe(args: argparse.Namespace) -> int:
-    _print(Admin(args.bootstrap).describe_transaction(args.transactional_id))
+    _print(Admin(args.bootstrap, **client_options(args)).describe_transaction(args.transactional_id))
     return 0
 
 
 def cmd_txn_abort(args: argparse.Namespace) -> int:
-    admin = Admin(args.bootstrap)
+    admin = Admin(args.bootstrap, **client_options(args))
     if args.prefix:
         for tid in admin.abort_transactions_with_prefix(args.transactional_id):
             print(f"aborted {tid}")
@@ -268,7 +273,7 @@ def cmd_txn_abort(args: argparse.Namespace) -> int:
 
 
 def cmd_txn_producers(args: argparse.Namespace) -> int:
-    _print(Admin(args.bootstrap).describe_producers(args.topic, args.partition))
+    _print(Admin(args.bootstrap, **client_options(args)).describe_producers(args.topic, args.partition))
     return 0
 
 
@@ -297,6 +302,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
             commit_every_ms=args.commit_every_ms, max_records=args.max_records, idle_exit_ms=args.idle_exit_ms,
             transaction_timeout_ms=args.transaction_timeout_ms, session_timeout_ms=args.session_timeout_ms,
             heartbeat_interval_ms=args.heartbeat_interval_ms, progress_interval_ms=args.progress_interval_ms,
+            security=client_options(args),
         )  # fmt: skip
         config.validate()
         from .copier import load_transform
@@ -316,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
 
     def bootstrap(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP, help="any node's HTTP URL")
+        add_cluster_options(p, DEFAULT_BOOTSTRAP)
 
     cluster = sub.add_parser("cluster", help="local clusters").add_subparsers(dest="sub", required=True)
     p = cluster.add_parser("init", help="write node configs for an N-node cluster")
@@ -463,6 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("verify_args", nargs=argparse.REMAINDER)
     p.set_defaults(fn=cmd_verify)
+    from .security_commands import register as register_security_commands
+
+    register_security_commands(sub, DEFAULT_BOOTSTRAP)  # acl, user, whoami
     return ap
 
 
@@ -510,6 +519,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        apply_command_config(args)
         rc: int = args.fn(args)
         return rc
     except BrokerError as exc:

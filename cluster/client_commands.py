@@ -17,6 +17,8 @@ from typing import Any, BinaryIO, TextIO
 
 from clients.protocol import BrokerError, ErrorCode
 
+from .client_config import client_options
+
 PROGRESS_EVERY_S = 2.0
 PROGRESS_MIN_RECORDS = 10_000
 DEFAULT_IDLE_MS = 2000
@@ -64,11 +66,15 @@ def produce(args: argparse.Namespace, stdin: BinaryIO, err: TextIO) -> int:
     from clients.producer import Producer
 
     # Fail fast on a missing topic: the producer would wait max_block_ms for it to appear.
-    _check_partition(args.topic, args.partition, len(Admin(args.bootstrap).describe_topic(args.topic)["partitions"]))
+    _check_partition(
+        args.topic,
+        args.partition,
+        len(Admin(args.bootstrap, **client_options(args)).describe_topic(args.topic)["partitions"]),
+    )
     tally = ProduceTally()
     sent = 0
     started = last_report = time.monotonic()
-    producer = Producer(bootstrap=args.bootstrap)
+    producer = Producer(bootstrap=args.bootstrap, **client_options(args))
     try:
         for lineno, raw in enumerate(stdin, 1):
             line = raw[:-1] if raw.endswith(b"\n") else raw
@@ -122,6 +128,7 @@ def consume(args: argparse.Namespace, out: BinaryIO, err: TextIO) -> int:
         isolation_level=args.isolation,
         auto_offset_reset="earliest" if args.from_beginning else "latest",
         read_replica=args.read_replica,
+        **client_options(args),
     )
     try:
         partitions = sorted(consumer.partitions_for_topic(args.topic))

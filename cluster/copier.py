@@ -48,6 +48,7 @@ from typing import Any
 from clients.aio import AsyncConsumer, AsyncProducer, ConsumerRebalanceListener
 from clients.protocol import BrokerError, ErrorCode
 from clients.records import ConsumerRecord, OffsetAndMetadata, TopicPartition
+from clients.security import SecurityOptions
 
 __all__ = ["CopierConfig", "CopierStats", "TransactionalCopier", "copy", "load_transform", "run_copier"]
 
@@ -127,6 +128,8 @@ class CopierConfig:
     linger_ms: int = 5
     batch_size: int = 65_536
     max_poll_records: int = 500
+    #: The clients' TLS and credential options (``--command-config``); kept out of repr (a password).
+    security: SecurityOptions = field(default_factory=lambda: SecurityOptions(), repr=False)
 
     def validate(self) -> None:
         if self.commit_every < 0 or self.commit_every_ms < 0:
@@ -169,6 +172,7 @@ class TransactionalCopier(ConsumerRebalanceListener):
             max_poll_interval_ms=config.max_poll_interval_ms,
             partition_assignment_strategy=config.partition_assignment_strategy,
             max_poll_records=config.max_poll_records,
+            **config.security,
         )
         self.producer = AsyncProducer(
             config.bootstrap,
@@ -176,6 +180,7 @@ class TransactionalCopier(ConsumerRebalanceListener):
             transaction_timeout_ms=config.transaction_timeout_ms,
             linger_ms=config.linger_ms,
             batch_size=config.batch_size,
+            **config.security,
         )
         self._in_txn = False
         self._txn_started = 0.0

@@ -34,6 +34,7 @@ from clients.protocol import (
 )
 
 from . import _http
+from .options import NO_CREDENTIALS, Credentials
 
 log = logging.getLogger("spark_io")
 T = TypeVar("T")
@@ -71,9 +72,15 @@ def retry_delay(attempt: int) -> float:
 
 class BrokerClient:
     def __init__(
-        self, bootstrap: str | Sequence[str], *, request_timeout_s: float = 30.0, read_replica: str = "leader"
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        request_timeout_s: float = 30.0,
+        read_replica: str = "leader",
+        credentials: Credentials = NO_CREDENTIALS,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
+        self.credentials = credentials  # every request carries them (Basic header, CA, client certificate)
         self.timeout = request_timeout_s
         self.read_replica = read_replica  # "any": fetch from a replica among the bootstrap URLs (follower read)
         self._known: list[str] = list(self.bootstrap)
@@ -90,7 +97,9 @@ class BrokerClient:
         last: BrokerError | None = None
         for url in list(dict.fromkeys(self._known)):
             try:
-                return _http.request_json(method, url + path, body, timeout=timeout or self.timeout)
+                return _http.request_json(
+                    method, url + path, body, timeout=timeout or self.timeout, credentials=self.credentials
+                )
             except BrokerError as exc:
                 if exc.error_code is not ErrorCode.NETWORK_EXCEPTION:
                     raise
@@ -196,7 +205,7 @@ class BrokerClient:
             out: dict[TP, PartitionState] = {}
             for url, owned in by_leader.items():
                 view = _http.request_json("GET", url + "/v1/metadata?topics=" + ",".join(quote(t) for t in topics),
-                                          timeout=self.timeout)  # fmt: skip
+                                          timeout=self.timeout, credentials=self.credentials)  # fmt: skip
                 for t in view["topics"]:
                     for p in t["partitions"]:
                         tp = (t["name"], int(p["partition"]))
@@ -236,7 +245,9 @@ class BrokerClient:
         if self.read_replica == "any":
             url += "&read_replica=any"
         try:
-            ctype, data = _http.request("GET", url, timeout=self.timeout + max_wait_ms / 1000)
+            ctype, data = _http.request(
+                "GET", url, timeout=self.timeout + max_wait_ms / 1000, credentials=self.credentials
+            )
         except BrokerError as exc:
             if exc.error_code in _STALE_METADATA:
                 self._leaders.pop(tp, None)

@@ -42,6 +42,7 @@ from urllib.parse import quote
 from clients.protocol import BrokerError, ErrorCode
 
 from .broker import BrokerClient
+from .options import NO_CREDENTIALS, Credentials
 
 log = logging.getLogger("spark_io")
 
@@ -115,10 +116,11 @@ def write_manifest(path: str, bootstrap: str, group: str, prefix: str, members: 
     Path(path).write_text(json.dumps(doc, indent=2))
 
 
-def commit_manifest(path: str, deadline_s: float = 120.0) -> Outcome:
+def commit_manifest(path: str, deadline_s: float = 120.0, credentials: Credentials = NO_CREDENTIALS) -> Outcome:
+    """Commit a hand-off manifest (it holds no credentials: a secured cluster needs ``credentials``)."""
     doc: dict[str, Any] = json.loads(Path(path).read_text())
     members = [Member(m["transactional_id"], int(m["producer_id"]), int(m["producer_epoch"])) for m in doc["members"]]
-    client = BrokerClient(doc["bootstrap"])
+    client = BrokerClient(doc["bootstrap"], credentials=credentials)
     return commit_and_sweep(client, doc["group"], doc["prefix"], members, deadline_s)
 
 

@@ -7,6 +7,13 @@ Kafka connector where one exists (``subscribe``, ``startingOffsets``,
 ``kafka.isolation.level`` are accepted as aliases so Kafka jobs port with a
 format change. A bad option raises ``BrokerError(INVALID_CONFIG)`` naming it.
 
+A secured cluster: ``username`` / ``password`` (HTTP Basic on every request of
+the driver and the executors), ``ssl.cafile`` (the CA of the nodes'
+certificates, for ``https://`` bootstrap URLs), ``ssl.certfile`` /
+``ssl.keyfile`` (a client certificate). They travel to the executors inside
+the pickled settings (as Spark's Kafka connector ships its JAAS config); the
+password is in no ``repr`` and so in no plan string or log line.
+
 Offsets JSON is Kafka's: ``{"topic": {"0": 23, "1": -2}}`` with -2 = earliest
 and -1 = latest; by-timestamp JSON is ``{"topic": {"0": 1700000000000}}``.
 """
@@ -19,7 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from clients.aio import parse_bootstrap
 from clients.protocol import BrokerError, ErrorCode
+from clients.security import ClientSecurity
 
 TP = tuple[str, int]
 EARLIEST = -2
@@ -93,6 +102,38 @@ class Options:
         if v is not None and not _ID_RX.fullmatch(v):
             raise bad(names[0], f"{v!r} must be 1-200 characters of A-Z a-z 0-9 . _ -")
         return v
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """How to reach a secured cluster (picklable strings only; the password is kept out of ``repr``)."""
+
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    cafile: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+
+    @classmethod
+    def parse(cls, o: Options, bootstrap: str) -> Credentials:
+        creds = cls(o.get("username"), o.get("password"), o.get("ssl.cafile"), o.get("ssl.certfile"),
+                    o.get("ssl.keyfile"))  # fmt: skip
+        try:
+            creds.client_security(bootstrap)
+        except ValueError as exc:
+            name = "ssl.cafile" if "ssl_" in str(exc) else "username"
+            raise bad(name, str(exc).replace("sasl_plain_", "").replace("ssl_", "ssl.")) from None
+        return creds
+
+    def client_security(self, bootstrap: str) -> ClientSecurity:
+        """The clients' settings (TLS context, Basic header): checked, built where they are used."""
+        return ClientSecurity.from_options(
+            parse_bootstrap(bootstrap), sasl_plain_username=self.username, sasl_plain_password=self.password,
+            ssl_cafile=self.cafile, ssl_certfile=self.certfile, ssl_keyfile=self.keyfile,
+        )  # fmt: skip
+
+
+NO_CREDENTIALS = Credentials()
 
 
 # ---- offsets ------------------------------------------------------------------------------------
@@ -187,6 +228,7 @@ class ReaderOptions:
     request_timeout_ms: int
     group_id: str | None
     read_replica: str = "leader"
+    credentials: Credentials = NO_CREDENTIALS
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any], *, streaming: bool) -> ReaderOptions:
@@ -235,6 +277,7 @@ class ReaderOptions:
             request_timeout_ms=o.integer("requestTimeoutMs", 30_000, lo=100),
             group_id=o.get("groupId", "kafka.group.id"),
             read_replica=read_replica,
+            credentials=Credentials.parse(o, o.bootstrap()),
         )
 
 
@@ -265,6 +308,7 @@ class WriterOptions:
     request_timeout_ms: int
     test_fail_task: str | None = None
     test_handoff_commit: str | None = None
+    credentials: Credentials = NO_CREDENTIALS
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any], *, streaming: bool) -> WriterOptions:
@@ -280,4 +324,5 @@ class WriterOptions:
             request_timeout_ms=o.integer("requestTimeoutMs", 30_000, lo=100),
             test_fail_task=o.get("_test.failTask"),
             test_handoff_commit=o.get("_test.handoffCommit"),
+            credentials=Credentials.parse(o, o.bootstrap()),
         )

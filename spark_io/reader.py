@@ -37,7 +37,7 @@ from clients.txn_filter import visible_batches
 from . import _http
 from .arrow_records import RecordBatchBuilder
 from .broker import READ_COMMITTED, BrokerClient, retry_delay
-from .options import ReaderOptions
+from .options import NO_CREDENTIALS, Credentials, ReaderOptions
 from .planning import OffsetRange, checked_ranges, resolve, split
 
 log = logging.getLogger("spark_io")
@@ -55,11 +55,12 @@ class ReadSettings:
     poll_timeout_ms: int
     request_timeout_ms: int
     read_replica: str = "leader"
+    credentials: Credentials = NO_CREDENTIALS
 
     @classmethod
     def of(cls, o: ReaderOptions) -> ReadSettings:
         return cls(o.bootstrap, o.isolation, o.fail_on_data_loss, o.fetch_max_bytes, o.poll_timeout_ms,
-                   o.request_timeout_ms, o.read_replica)  # fmt: skip
+                   o.request_timeout_ms, o.read_replica, o.credentials)  # fmt: skip
 
 
 class RangePartition(InputPartition):
@@ -79,7 +80,7 @@ def subscribed_partitions(client: BrokerClient, o: ReaderOptions) -> list[tuple[
 
 
 def plan_batch(o: ReaderOptions) -> list[OffsetRange]:
-    client = BrokerClient(o.bootstrap, request_timeout_s=o.request_timeout_ms / 1000)
+    client = BrokerClient(o.bootstrap, request_timeout_s=o.request_timeout_ms / 1000, credentials=o.credentials)
     tps = subscribed_partitions(client, o)
     if not tps:
         return []
@@ -188,7 +189,8 @@ def read_range(rng: OffsetRange, s: ReadSettings, schema: pa.Schema) -> Iterator
     """The visible records of ``rng`` as record batches (one per fetch), in offset order."""
     if rng.end <= rng.start:
         return
-    client = BrokerClient(s.bootstrap, request_timeout_s=s.request_timeout_ms / 1000, read_replica=s.read_replica)
+    client = BrokerClient(s.bootstrap, request_timeout_s=s.request_timeout_ms / 1000, read_replica=s.read_replica,
+                          credentials=s.credentials)  # fmt: skip
     prefetch = _Prefetcher(client, rng, s)
     try:
         for pos, fetched in prefetch:

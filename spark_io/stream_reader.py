@@ -70,7 +70,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReaderOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
-        self.client = BrokerClient(options.bootstrap, request_timeout_s=options.request_timeout_ms / 1000)
+        self.client = BrokerClient(
+            options.bootstrap, request_timeout_s=options.request_timeout_ms / 1000, credentials=options.credentials
+        )
         self._target: dict[TP, int] | None = None  # AvailableNow: never read past these
         self._latest: dict[TP, int] = {}
         self._last_trigger = time.monotonic()

@@ -184,6 +184,7 @@ class TransactionalWriter:
                              timeout_ms=self.request_timeout_ms, transactional_id=self.tid)  # fmt: skip
         try:
             _ctype, body = _http.request("POST", leader + "/v1/produce", encode_produce_request(req),
+                                         credentials=self.client.credentials,
                                          content_type=PRODUCE_CONTENT_TYPE,
                                          timeout=self.request_timeout_ms / 1000 + 5)  # fmt: skip
             parts = json.loads(body)["partitions"]

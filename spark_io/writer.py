@@ -143,7 +143,7 @@ def write_task(o: WriterOptions, group: str, prefix: str, batches: Iterator[pa.R
     partition, attempt = ctx.partitionId(), ctx.attemptNumber()
     tid = f"{prefix}{partition}:{attempt}:{secrets.token_hex(4)}"
     hook = _FailHook.parse(o.test_fail_task)
-    client = BrokerClient(o.bootstrap, request_timeout_s=o.request_timeout_ms / 1000)
+    client = BrokerClient(o.bootstrap, request_timeout_s=o.request_timeout_ms / 1000, credentials=o.credentials)
     w = TransactionalWriter(client, tid, transaction_timeout_ms=o.transaction_timeout_ms, batch_bytes=o.batch_bytes,
                             request_timeout_ms=o.request_timeout_ms)  # fmt: skip
     try:
@@ -191,7 +191,7 @@ class BatchWriter(DataSourceArrowWriter):
         if o.test_handoff_commit:
             write_manifest(o.test_handoff_commit, o.bootstrap, self.write_id, self.prefix, members)
             return
-        client = BrokerClient(o.bootstrap, request_timeout_s=o.request_timeout_ms / 1000)
+        client = BrokerClient(o.bootstrap, request_timeout_s=o.request_timeout_ms / 1000, credentials=o.credentials)
         outcome = commit_and_sweep(client, self.write_id, self.prefix, members, o.commit_timeout_ms / 1000)
         records = sum(m.records for m in msgs)
         if outcome is Outcome.ABORTED:
@@ -207,7 +207,7 @@ class BatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[Any]) -> None:
         o = self.options
-        client = BrokerClient(o.bootstrap, request_timeout_s=o.request_timeout_ms / 1000)
+        client = BrokerClient(o.bootstrap, request_timeout_s=o.request_timeout_ms / 1000, credentials=o.credentials)
         swept = sweep(client, self.prefix)
         log.info("write id %s aborted: %d transaction(s) aborted", self.write_id, len(swept))
         _http.close_all()
@@ -240,7 +240,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         group = msgs[0].group
         if not group.endswith(f":{batchId}"):
             raise BrokerError(ErrorCode.INVALID_REQUEST, f"commit of batch {batchId} got messages of group {group}")
-        client = BrokerClient(o.bootstrap, request_timeout_s=o.request_timeout_ms / 1000)
+        client = BrokerClient(o.bootstrap, request_timeout_s=o.request_timeout_ms / 1000, credentials=o.credentials)
         outcome = commit_and_sweep(client, group, msgs[0].prefix, [m.member for m in msgs], o.commit_timeout_ms / 1000)
         if outcome is Outcome.ABORTED:
             raise BrokerError(ErrorCode.INVALID_TXN_STATE, f"micro-batch group {group} was aborted before")
@@ -256,6 +256,6 @@ class StreamWriter(DataSourceStreamArrowWriter):
         if sink is None:
             log.warning("abort of batch %d: no sink id known; open attempts end at their transaction timeout", batchId)
             return
-        client = BrokerClient(o.bootstrap, request_timeout_s=o.request_timeout_ms / 1000)
+        client = BrokerClient(o.bootstrap, request_timeout_s=o.request_timeout_ms / 1000, credentials=o.credentials)
         sweep(client, stream_group(sink, batchId) + ":")
         _http.close_all()

@@ -1,6 +1,7 @@
 """``txbroker verify``: run the workload and check its history, or check a recorded history (docs/verify.md).
 
-* ``--bootstrap URL[,URL...]``: the workload against an existing cluster;
+* ``--bootstrap URL[,URL...]``: the workload against an existing cluster (``--command-config FILE``: its
+  URL, CA and credentials from a client config, as every ``txbroker`` command takes);
 * ``--nemesis``: a fresh cluster with every node in its own network namespace (``verify.netns``), faults
   injected by ``verify.nemesis`` while the workload runs; never a cluster given by URL;
 * ``--history FILE``: only the checker, over a recorded history (no cluster).
@@ -26,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from clients.protocol import BrokerError
+from clients.security import ClientSecurity, SecurityOptions
+from cluster.client_config import load_client_config
+from cluster.config import ConfigError
 
 from .checker import CheckResult, check
 from .history import HistoryError, HistoryWriter, read_history
@@ -47,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--bootstrap", help="run the workload against this cluster (comma-separated node URLs)")
     src.add_argument("--history", type=Path, help="check a recorded history file; no cluster needed")
+    ap.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="client config of the cluster (TOML: bootstrap, username, password, ssl_cafile, ...)",
+    )
     ap.add_argument(
         "--nemesis", action="store_true", help="start a namespaced cluster in a temp directory and inject faults (root)"
     )
@@ -93,9 +102,9 @@ def _validate(args: argparse.Namespace) -> str | None:
         if args.nemesis:
             return "--history checks a recorded run; it takes no --nemesis"
         return None
-    if args.nemesis and args.bootstrap:
+    if args.nemesis and (args.bootstrap or args.command_config):
         return "--nemesis starts its own namespaced cluster; it never runs against --bootstrap"
-    if not args.nemesis and not args.bootstrap:
+    if not args.nemesis and not args.bootstrap and not args.command_config:
         return "give --bootstrap URL (existing cluster), --nemesis (namespaced cluster with faults) or --history FILE"
     if args.faults and not args.nemesis:
         return "--faults needs --nemesis"
@@ -141,6 +150,7 @@ def _record_path(args: argparse.Namespace) -> Path:
 
 def _config(args: argparse.Namespace, bootstrap: list[str], seed: int) -> WorkloadConfig:
     return WorkloadConfig(
+        security=getattr(args, "client_security", SecurityOptions()),
         bootstrap=bootstrap, run_id=uuid.uuid4().hex[:8], seed=seed, txn_producers=args.txn_producers,
         idempotent_producers=args.idempotent_producers, consumers=args.consumers, partitions=args.partitions,
         replication_factor=args.replication_factor, abort_ratio=args.abort_ratio, idempotent_rate=args.rate,
@@ -246,6 +256,18 @@ def main(argv: list[str] | None = None) -> int:
         return _usage(problem)
     if args.history is not None:
         return _check_file(args.history, args, record=None)
+    if args.command_config is not None:
+        try:
+            cfg = load_client_config(args.command_config)
+        except ConfigError as exc:
+            return _usage(str(exc))
+        if cfg.bootstrap is None:
+            return _usage(f"--command-config {args.command_config} names no bootstrap")
+        try:
+            ClientSecurity.from_options(cfg.bootstrap.split(","), **cfg.security)
+        except ValueError as exc:
+            return _usage(f"--command-config {args.command_config}: {exc}")
+        args.bootstrap, args.client_security = cfg.bootstrap, cfg.security
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C: stop the writers, heal, drain and check

@@ -20,6 +20,7 @@ from typing import Any
 from clients.admin import Admin
 from clients.consumer import Consumer
 from clients.records import ConsumerRecord
+from clients.security import SecurityOptions
 
 from .history import HistoryWriter
 
@@ -51,10 +52,10 @@ def _close(consumer: Consumer | None) -> None:
             consumer.close(autocommit=False)
 
 
-def _consumer(bootstrap: Sequence[str], request_timeout_ms: int) -> Consumer:
+def _consumer(bootstrap: Sequence[str], request_timeout_ms: int, security: SecurityOptions) -> Consumer:
     return Consumer(
         list(bootstrap), isolation_level="read_committed", auto_offset_reset="earliest",
-        request_timeout_ms=request_timeout_ms, fetch_max_wait_ms=200, max_poll_records=1000,
+        request_timeout_ms=request_timeout_ms, fetch_max_wait_ms=200, max_poll_records=1000, **security,
     )  # fmt: skip
 
 
@@ -63,7 +64,7 @@ class Reader(threading.Thread):
 
     def __init__(
         self, n: int, bootstrap: Sequence[str], tps: TPS, history: HistoryWriter, stop: threading.Event,
-        request_timeout_ms: int = 5_000,
+        request_timeout_ms: int = 5_000, security: SecurityOptions | None = None,
     ) -> None:  # fmt: skip
         super().__init__(name=f"verify-c{n}", daemon=True)
         self.process = f"c{n}"
@@ -72,6 +73,7 @@ class Reader(threading.Thread):
         self.h = history
         self.stop_event = stop
         self.request_timeout_ms = request_timeout_ms
+        self.security = security or SecurityOptions()
         self.positions = {tp: 0 for tp in self.tps}
         self.records = 0
 
@@ -79,7 +81,7 @@ class Reader(threading.Thread):
         invoke = self.h.now()
         consumer = None
         try:
-            consumer = _consumer(self.bootstrap, self.request_timeout_ms)
+            consumer = _consumer(self.bootstrap, self.request_timeout_ms, self.security)
             consumer.assign(self.tps)
             for tp in self.tps:
                 consumer.seek(tp, self.positions[tp])
@@ -126,9 +128,11 @@ class Reader(threading.Thread):
         self.records += len(rows)
 
 
-def wait_stable(bootstrap: Sequence[str], topics: Sequence[str], deadline: float) -> bool:
+def wait_stable(
+    bootstrap: Sequence[str], topics: Sequence[str], deadline: float, security: SecurityOptions | None = None
+) -> bool:
     """Wait until every partition's last stable offset has reached its high watermark (no open transaction)."""
-    admin = Admin(list(bootstrap), request_timeout_ms=5_000)
+    admin = Admin(list(bootstrap), request_timeout_ms=5_000, **(security or SecurityOptions()))
     while True:
         try:
             meta: dict[str, Any] = admin.metadata(list(topics))
@@ -142,7 +146,9 @@ def wait_stable(bootstrap: Sequence[str], topics: Sequence[str], deadline: float
         time.sleep(0.2)
 
 
-def drain(bootstrap: Sequence[str], tps: TPS, history: HistoryWriter, deadline: float) -> dict[tuple[str, int], bool]:
+def drain(
+    bootstrap: Sequence[str], tps: TPS, history: HistoryWriter, deadline: float, security: SecurityOptions | None = None
+) -> dict[tuple[str, int], bool]:
     """Read every partition from 0 to its end offset; records the polls and one ``drain`` line per partition."""
     process = "drain"
     done: dict[tuple[str, int], bool] = dict.fromkeys(tps, False)
@@ -153,7 +159,7 @@ def drain(bootstrap: Sequence[str], tps: TPS, history: HistoryWriter, deadline: 
         if consumer is None:
             invoke = history.now()
             try:
-                consumer = _consumer(bootstrap, 5_000)
+                consumer = _consumer(bootstrap, 5_000, security or SecurityOptions())
                 if not ends:
                     ends = dict(consumer.end_offsets(tps))
                 consumer.assign(tps)

@@ -21,10 +21,11 @@ import random
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from clients.admin import Admin
 from clients.protocol import BrokerError, ErrorCode
+from clients.security import SecurityOptions
 from cluster.copier import CopierConfig
 
 from .copying import CopierRunner
@@ -54,6 +55,8 @@ class WorkloadConfig:
     finish_timeout_s: float = 120.0
     request_timeout_ms: int = 5_000
     transaction_timeout_ms: int = 15_000
+    #: Every client's TLS and credential options (``--command-config``); never in the history (a password).
+    security: SecurityOptions = field(default_factory=lambda: SecurityOptions(), repr=False)
 
     @property
     def topics(self) -> list[str]:
@@ -68,6 +71,7 @@ class WorkloadConfig:
             bootstrap=list(self.bootstrap), topics=self.topics, partitions=self.partitions, run_id=self.run_id,
             abort_ratio=self.abort_ratio, idempotent_rate=self.idempotent_rate,
             request_timeout_ms=self.request_timeout_ms, transaction_timeout_ms=self.transaction_timeout_ms,
+            producer_options=dict(self.security),
         )  # fmt: skip
 
 
@@ -93,7 +97,7 @@ class Workload:
     def setup(self) -> None:
         """Create the topics and wait for their leaders; raises ``BrokerError`` when the cluster cannot."""
         cfg = self.config
-        admin = Admin(list(cfg.bootstrap), request_timeout_ms=cfg.request_timeout_ms)
+        admin = Admin(list(cfg.bootstrap), request_timeout_ms=cfg.request_timeout_ms, **cfg.security)
         deadline = time.monotonic() + cfg.setup_timeout_s
         for name in self._all_topics():
             retried = False
@@ -109,7 +113,7 @@ class Workload:
                     retried = True
                     time.sleep(0.2)
             admin.wait_for_leaders(name, max(1.0, deadline - time.monotonic()))
-        meta = {k: v for k, v in asdict(self.config).items() if k != "bootstrap"}
+        meta = {k: v for k, v in asdict(self.config).items() if k not in ("bootstrap", "security")}
         self.h.meta(
             bootstrap=list(cfg.bootstrap), topics=cfg.topics, config=meta,
             copy={"from": cfg.topics[0], "to": cfg.copy_topic} if cfg.copier else None,
@@ -123,7 +127,9 @@ class Workload:
         tps = [(t, p) for t in cfg.topics for p in range(cfg.partitions)]
         timeout_ms = cfg.request_timeout_ms
         for n in range(cfg.consumers):
-            self.readers.append(Reader(n, cfg.bootstrap, tps, self.h, self.stop_readers_event, timeout_ms))
+            self.readers.append(
+                Reader(n, cfg.bootstrap, tps, self.h, self.stop_readers_event, timeout_ms, cfg.security)
+            )
         rng = random.Random(cfg.seed)
         for n in range(cfg.txn_producers):
             self.writers.append(TxnWriter(n, wcfg, self.h, self.stop_writers_event, rng.randrange(2**32)))
@@ -136,7 +142,7 @@ class Workload:
                 bootstrap=",".join(cfg.bootstrap), input_topic=cfg.topics[0], output_topic=cfg.copy_topic,
                 group_id=f"verify-{cfg.run_id}-copier", transactional_id=f"verify-{cfg.run_id}-copier",
                 commit_every=100, commit_every_ms=200, transaction_timeout_ms=cfg.transaction_timeout_ms,
-                session_timeout_ms=6_000, heartbeat_interval_ms=1_000,
+                session_timeout_ms=6_000, heartbeat_interval_ms=1_000, security=cfg.security,
             )  # fmt: skip
             self.copier = CopierRunner(copier)
             self.copier.start()
@@ -172,9 +178,9 @@ class Workload:
         for r in self.readers:
             r.join(max(0.1, deadline - time.monotonic()))
         topics = self._all_topics()
-        status["stable"] = wait_stable(cfg.bootstrap, topics, min(deadline, time.monotonic() + 60))
+        status["stable"] = wait_stable(cfg.bootstrap, topics, min(deadline, time.monotonic() + 60), cfg.security)
         tps = [(t, p) for t in topics for p in range(cfg.partitions)]
-        done = drain(cfg.bootstrap, tps, self.h, deadline)
+        done = drain(cfg.bootstrap, tps, self.h, deadline, cfg.security)
         status["drained"] = all(done.values())
         return status
 

@@ -9,7 +9,11 @@ both). Everything else (metadata, transactions, fetches) stays on aiohttp.
 
 What it speaks is deliberately small, and it refuses the rest:
 
-* one request at a time per connection, connections pooled per (host, port);
+* one request at a time per connection, connections pooled per (scheme, host, port);
+* ``https://`` over TLS with the pool's ``ssl`` context (default: the system
+  CAs), the URL's host as server name; a certificate that does not verify is
+  ``SASL_AUTHENTICATION_FAILED`` (an authentication failure, as in Kafka: not
+  retriable);
 * ``Content-Length`` responses only (the broker never chunks an answer); a
   chunked or length-less answer is a protocol error that drops the connection;
 * the response head is limited to 64 KiB and the body to ``max_body`` bytes;
@@ -26,10 +30,11 @@ import urllib.parse
 
 from ..protocol import BrokerError, ErrorCode
 
-__all__ = ["Http1Pool", "Http1Response"]
+__all__ = ["Http1Pool", "Http1Response", "certificate_error"]
 
 MAX_HEAD = 64 * 1024
 _MAX_IDLE_PER_HOST = 32
+_CLOSE_WAIT_S = 1.0
 
 
 class Http1Response:
@@ -44,6 +49,11 @@ class Http1Response:
 
 class _ProtocolError(Exception):
     pass
+
+
+def certificate_error(what: str, exc: BaseException) -> BrokerError:
+    """The node's TLS certificate did not verify: not retriable (another attempt meets the same certificate)."""
+    return BrokerError(ErrorCode.SASL_AUTHENTICATION_FAILED, f"{what}: TLS certificate verification failed: {exc}")
 
 
 def _parse_head(head: bytes) -> tuple[int, str, int, bool]:
@@ -92,6 +102,7 @@ class _Connection(asyncio.Protocol):
         self._buf = bytearray()
         self._head: tuple[int, str, int, bool] | None = None
         self._waiter: asyncio.Future[Http1Response] | None = None
+        self.lost = asyncio.Event()
 
     # ---- asyncio.Protocol -------------------------------------------------------------------
 
@@ -111,6 +122,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.lost.set()
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_exception(ConnectionResetError(f"connection closed before the answer: {exc or 'EOF'}"))
@@ -200,6 +212,9 @@ class Http1Pool:
         except TimeoutError:
             self._drop(conn)
             raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, f"POST {url}: no answer within {timeout:.3f}s") from None
+        except ssl_module.SSLCertVerificationError as exc:
+            self._drop(conn)
+            raise certificate_error(f"POST {url}", exc) from exc
         except (OSError, _ProtocolError) as exc:
             self._drop(conn)
             raise BrokerError(ErrorCode.NETWORK_EXCEPTION, f"POST {url}: {type(exc).__name__}: {exc}") from exc
@@ -244,7 +259,18 @@ class Http1Pool:
             self._all.discard(conn)
 
     async def close(self) -> None:
-        for conn in list(self._all):
+        """Close every connection and wait (briefly) until they are gone: a TLS connection ends with a
+        close_notify exchange, and the loop may stop right after this returns."""
+        conns = [c for c in self._all if c.transport is not None]
+        for conn in conns:
             conn.close()
         self._all.clear()
         self._idle.clear()
+        try:
+            async with asyncio.timeout(_CLOSE_WAIT_S):
+                for conn in conns:
+                    await conn.lost.wait()
+        except TimeoutError:
+            for conn in conns:
+                if conn.transport is not None and not conn.lost.is_set():
+                    conn.transport.abort()

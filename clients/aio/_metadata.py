@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..protocol import BrokerError, ErrorCode
+from ..security import is_auth_failure
 from ._session import HttpSession
 
 
@@ -179,6 +180,8 @@ class MetadataCache:
             try:
                 body = await self._session.request_json("GET", f"{url}/v1/metadata{query}", timeout=per_node)
             except BrokerError as exc:
+                if is_auth_failure(exc):
+                    raise  # every node answers it alike: credentials or rights, not this node
                 last = exc
                 continue
             self._apply(body, partial=topics is not None)

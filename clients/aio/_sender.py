@@ -44,6 +44,7 @@ from ..protocol import (
     decode_token,
     encode_produce_request,
 )
+from ..security import is_auth_failure
 from ._accumulator import METADATA_ERRORS, Outcome, RecordAccumulator
 from ._batch import ProducerBatch
 from ._idempotence import IdempotenceManager, ProducerIdState
@@ -212,6 +213,8 @@ class Sender:
         try:
             await self._metadata.refresh()
         except BrokerError as exc:
+            if is_auth_failure(exc):
+                self._acc.fail_all(exc)  # not retriable: waiting for a leader would only repeat it
             log.debug("metadata refresh failed: %s", exc)
             await asyncio.sleep(self._retry_backoff_s)
         self._wake.set()

@@ -5,7 +5,12 @@ The broker answers every failure with ``{"error_code", "message", "retriable", .
 the server raised, so client code branches on ``ErrorCode`` only. Transport
 failures map to Kafka's names: a refused/reset connection is
 ``NETWORK_EXCEPTION`` and a request that outlived its timeout is
-``REQUEST_TIMED_OUT``; both are retriable.
+``REQUEST_TIMED_OUT``; both are retriable. A 401 is always
+``SASL_AUTHENTICATION_FAILED`` and a 403 without a broker body
+``CLUSTER_AUTHORIZATION_FAILED`` (neither retriable).
+
+``https://`` URLs use the ``ClientSecurity``'s TLS context (the system CAs when
+it has none); its credentials go on every request, on both transports.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from typing import Any
 import aiohttp
 
 from ..protocol import BrokerError, ErrorCode
-from ._http1 import Http1Pool
+from ..security import ClientSecurity
+from ._http1 import Http1Pool, certificate_error
 
 JSON_TYPE = "application/json"
 
@@ -28,7 +34,12 @@ def error_from_body(status: int, raw: bytes, url: str) -> BrokerError:
         body = json.loads(raw)
     except ValueError:
         body = None
+    if status == 401 and not (isinstance(body, dict) and body.get("error_code") == "SASL_AUTHENTICATION_FAILED"):
+        message = body.get("message") if isinstance(body, dict) else None
+        return BrokerError(ErrorCode.SASL_AUTHENTICATION_FAILED, str(message or f"HTTP 401 from {url}"))
     if not isinstance(body, dict) or "error_code" not in body:
+        if status == 403:
+            return BrokerError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"HTTP 403 from {url}")
         code = ErrorCode.NETWORK_EXCEPTION if status >= 502 else ErrorCode.UNKNOWN_SERVER_ERROR
         return BrokerError(code, f"HTTP {status} from {url}")
     extra = {k: v for k, v in body.items() if k not in ("error_code", "message", "retriable")}
@@ -42,15 +53,27 @@ class HttpSession:
     does; a per-call ``timeout`` (seconds) overrides it, e.g. for long-polls.
     """
 
-    def __init__(self, *, request_timeout_ms: int = 30000, max_connections: int = 64) -> None:
+    def __init__(
+        self,
+        *,
+        request_timeout_ms: int = 30000,
+        max_connections: int = 64,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.request_timeout = request_timeout_ms / 1000
         self._max_connections = max_connections
+        self.security = security if security is not None else ClientSecurity()
+        self._headers = self.security.headers()
+        self._head_lines = self.security.head_lines()
         self._session: aiohttp.ClientSession | None = None
-        self._lean = Http1Pool()
+        self._lean = Http1Pool(ssl=self.security.ssl_context)
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=self._max_connections)
+            ctx = self.security.ssl_context
+            connector = aiohttp.TCPConnector(
+                limit=self._max_connections, limit_per_host=self._max_connections, ssl=ctx if ctx is not None else True
+            )
             self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
         return self._session
 
@@ -68,7 +91,7 @@ class HttpSession:
         if json_body is not None:
             data = json.dumps(json_body).encode()
             content_type = JSON_TYPE
-        headers = {"Content-Type": content_type} if data is not None else {}
+        headers = {"Content-Type": content_type, **self._headers} if data is not None else self._headers
         limit = self.request_timeout if timeout is None else timeout
         try:
             async with asyncio.timeout(limit):
@@ -79,12 +102,14 @@ class HttpSession:
                     return resp.content_type, raw
         except TimeoutError as exc:
             raise BrokerError(ErrorCode.REQUEST_TIMED_OUT, f"{method} {url}: no answer within {limit:.3f}s") from exc
+        except aiohttp.ClientConnectorCertificateError as exc:
+            raise certificate_error(f"{method} {url}", exc.certificate_error) from exc
         except aiohttp.ClientError as exc:
             raise BrokerError(ErrorCode.NETWORK_EXCEPTION, f"{method} {url}: {exc}") from exc
 
     async def post_bytes(self, url: str, data: bytes, content_type: str) -> tuple[str, bytes]:
         """``request("POST", ...)`` for the hot path (produce): same answers and errors, a leaner transport."""
-        resp = await self._lean.post(url, data, content_type, self.request_timeout)
+        resp = await self._lean.post(url, data, content_type, self.request_timeout, self._head_lines)
         if resp.status >= 300:
             raise error_from_body(resp.status, resp.body, url)
         return resp.content_type, resp.body

@@ -35,6 +35,7 @@ from urllib.parse import quote
 
 from ..protocol import BrokerError, ErrorCode, decode_token, encode_token
 from ..records import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from ..security import is_auth_failure
 from ._idempotence import ProducerIdAndEpoch
 from ._metadata import METADATA_NODE_TIMEOUT_S, MetadataCache
 from ._session import HttpSession
@@ -102,6 +103,8 @@ class CoordinatorClient:
                     timeout=min(left, self._request_timeout_s, per_node_s or METADATA_NODE_TIMEOUT_S),
                 )  # fmt: skip
             except BrokerError as exc:
+                if is_auth_failure(exc):
+                    raise
                 log.debug("coordinator lookup for %s %r at %s: %s", kind, key, url, exc)
                 continue
             found = body.get("url") if isinstance(body, dict) else None

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from .. import _admin_calls as calls
 from ..protocol import BrokerError
+from ..security import AclBinding, ClientSecurity, SecurityOptions
 from ._metadata import parse_bootstrap
 from ._session import HttpSession
 
@@ -17,9 +18,12 @@ T = TypeVar("T")
 
 
 class AsyncAdmin:
-    def __init__(self, bootstrap: str | Sequence[str], *, request_timeout_ms: int = 30000) -> None:
+    def __init__(
+        self, bootstrap: str | Sequence[str], *, request_timeout_ms: int = 30000, **security: Unpack[SecurityOptions]
+    ) -> None:
         self._urls = parse_bootstrap(bootstrap)
-        self._session = HttpSession(request_timeout_ms=request_timeout_ms, max_connections=8)
+        sec = ClientSecurity.from_options(self._urls, **security)
+        self._session = HttpSession(request_timeout_ms=request_timeout_ms, max_connections=8, security=sec)
 
     async def _run(self, call: calls.AdminCall[T]) -> T:
         last: BrokerError | None = None
@@ -99,6 +103,42 @@ class AsyncAdmin:
 
     async def describe_producers(self, topic: str, partition: int) -> list[dict[str, Any]]:
         return await self._run(calls.describe_producers(topic, partition))
+
+    # ---- security (API.md "Security") ------------------------------------------------------------
+
+    async def create_acls(self, acls: Sequence[AclBinding | dict[str, Any]]) -> None:
+        """Add ACLs (``AclBinding`` values or their JSON objects as dicts), all in one request."""
+        await self._run(calls.create_acls(acls))
+
+    async def describe_acls(self, **acl_filter: str | None) -> list[dict[str, Any]]:
+        """ACLs matching every given field (``principal``, ``host``, ``resource_type``, ``resource_name``,
+        ``pattern_type``, ``operation``, ``permission``; a field left out or None matches anything)."""
+        return await self._run(calls.describe_acls(acl_filter))
+
+    async def delete_acls(self, filters: calls.AclFilters) -> list[dict[str, Any]]:
+        """Delete the ACLs matching each filter (one request per filter); returns every ACL deleted."""
+        deleted: list[dict[str, Any]] = []
+        for flt in calls.as_filters(filters):
+            part = await self._run(calls.delete_acls(flt))
+            deleted += part
+        return deleted
+
+    async def upsert_user(
+        self, name: str, password: str, mechanism: str = "SCRAM-SHA-256", iterations: int | None = None
+    ) -> None:
+        """Create the user or change its password (the broker keeps only the salted SCRAM credential)."""
+        await self._run(calls.upsert_user(name, password, mechanism, iterations))
+
+    async def delete_user(self, name: str) -> None:
+        await self._run(calls.delete_user(name))
+
+    async def list_users(self) -> list[dict[str, Any]]:
+        """``[{"name", "mechanisms"}]``, never a secret."""
+        return await self._run(calls.list_users())
+
+    async def whoami(self) -> str:
+        """The principal the cluster knows this client as, e.g. ``"User:alice"``."""
+        return await self._run(calls.whoami())
 
     async def close(self) -> None:
         await self._session.close()

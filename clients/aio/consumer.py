@@ -38,14 +38,15 @@ import functools
 import inspect
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from .._fetch_decode import ISOLATION_LEVELS, READ_COMMITTED, Deserializer
 from ..protocol import BrokerError, ErrorCode
 from ..records import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
+from ..security import ClientSecurity, SecurityOptions
 from ._fetcher import READ_REPLICAS, FetchConfig, Fetcher, OffsetResetStrategy, PartitionState
 from ._group import ConsumerCoordinator, ConsumerRebalanceListener, GroupConfig, MemberState
-from ._metadata import MetadataCache
+from ._metadata import MetadataCache, parse_bootstrap
 from ._session import HttpSession
 
 __all__ = ["AsyncConsumer", "ConsumerRebalanceListener", "normalize_offsets", "normalize_partitions"]
@@ -114,6 +115,7 @@ class AsyncConsumer:
         key_deserializer: Deserializer | None = None,
         value_deserializer: Deserializer | None = None,
         read_replica: str = "leader",
+        **security: Unpack[SecurityOptions],
     ) -> None:
         if read_replica not in READ_REPLICAS:
             raise BrokerError(
@@ -147,7 +149,8 @@ class AsyncConsumer:
         self.request_timeout_ms = request_timeout_ms
         self.consumer_timeout_ms = consumer_timeout_ms
         # Every assigned partition parks one long poll on a connection: a small pool would queue them.
-        self._session = HttpSession(request_timeout_ms=request_timeout_ms, max_connections=256)
+        sec = ClientSecurity.from_options(parse_bootstrap(bootstrap), **security)
+        self._session = HttpSession(request_timeout_ms=request_timeout_ms, max_connections=256, security=sec)
         self._metadata = MetadataCache(self._session, bootstrap, metadata_max_age_ms=metadata_max_age_ms)
         self._fetcher = Fetcher(
             self._session,

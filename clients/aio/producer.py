@@ -50,11 +50,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from ..partitioner import partition_for_key
 from ..protocol import BrokerError, ErrorCode
 from ..records import ConsumerGroupMetadata, OffsetAndMetadata, PreparedTransaction, RecordMetadata, TopicPartition
+from ..security import ClientSecurity, SecurityOptions, is_auth_failure
 from ._accumulator import RecordAccumulator
 from ._batch import (
     BATCH_OVERHEAD,
@@ -67,7 +68,7 @@ from ._batch import (
 )
 from ._batch_reports import BatchReports
 from ._idempotence import IdempotenceManager
-from ._metadata import MetadataCache
+from ._metadata import MetadataCache, parse_bootstrap
 from ._pipelined_commit import PipelinedCommit
 from ._sender import Sender
 from ._session import HttpSession
@@ -151,6 +152,7 @@ class AsyncProducer:
         stall_refresh_ms: int = 2_500,
         url_rewrites: Mapping[str, str] | None = None,
         _on_release: Callable[[int], None] | None = None,
+        **security: Unpack[SecurityOptions],
     ) -> None:
         self._acks = _acks(acks)
         if transactional_id is not None:
@@ -186,7 +188,8 @@ class AsyncProducer:
         self._max_block_s = max_block_ms / 1000
         self._retry_backoff_s = retry_backoff_ms / 1000
         self._rewrites = {k.rstrip("/"): v.rstrip("/") for k, v in (url_rewrites or {}).items()}
-        self._session = HttpSession(request_timeout_ms=request_timeout_ms)
+        sec = ClientSecurity.from_options(parse_bootstrap(bootstrap), **security)
+        self._session = HttpSession(request_timeout_ms=request_timeout_ms, security=sec)
         self._metadata = MetadataCache(self._session, bootstrap, metadata_max_age_ms=metadata_max_age_ms)
         self._idem = IdempotenceManager(enabled=enable_idempotence, transactional=transactional_id is not None)
         self._txn = TransactionManager(transactional_id, self._idem) if transactional_id is not None else None
@@ -756,6 +759,8 @@ class AsyncProducer:
             try:
                 await self._metadata.refresh()
             except BrokerError as exc:
+                if is_auth_failure(exc):
+                    raise
                 last = exc
             n = self._metadata.cached_partition_count(topic)
             if n:

@@ -47,8 +47,6 @@ __all__ = [
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-#: The request key under which the middleware keeps the caller's ``Guard``.
-GUARD_KEY = "txb.guard"
 
 _DENIED = {
     ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
@@ -201,6 +199,10 @@ class Guard:
                 self.require_any((n.operation, n.resource_type, n.resource_name(match_info)) for n in need.needs)
             else:
                 self.require(need.operation, need.resource_type, need.resource_name(match_info))
+
+
+#: The request key under which the middleware keeps the caller's ``Guard``.
+GUARD_KEY = web.RequestKey("txb.guard", Guard)
 
 
 def guard(request: web.Request) -> Guard:

@@ -36,7 +36,7 @@ from ..security.authorizer import Authorizer
 from ..security.credentials import CredentialChecker
 from ..security.jwt_auth import JwtVerifier
 from ..security.node_calls import NodeCallVerifier
-from ..security.principals import ANONYMOUS, NODE_CALL_KEY, PRINCIPAL_KEY, user_principal
+from ..security.principals import ANONYMOUS, CLIENT_HOST_KEY, NODE_CALL_KEY, PRINCIPAL_KEY, user_principal
 from ..security.tls import peer_principal
 from .access import ACCESS, GUARD_KEY, Access, Guard, Mode
 from .node_auth import verify_node_call
@@ -119,6 +119,7 @@ class Gatekeeper:
         if access is not None and access.mode is Mode.NODE:
             raise BrokerError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "internal endpoint: nodes of the cluster only")
         request[PRINCIPAL_KEY] = principal
+        request[CLIENT_HOST_KEY] = host
         g = Guard(principal, host, self._authorizer())
         request[GUARD_KEY] = g
         if access is not None:

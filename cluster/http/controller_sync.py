@@ -13,7 +13,7 @@ from aiohttp import web
 from ..controller_service import APPLIED_PATH
 from . import parsing
 from .access import Access, RouteTable
-from .internal import require_internal
+from .node_auth import require_internal
 from .services import Services
 
 __all__ = ["register_controller_sync"]
@@ -23,7 +23,7 @@ _MAX_INDEX = 2**62
 
 def register_controller_sync(app: web.Application, services: Services) -> None:
     async def applied(request: web.Request) -> web.Response:
-        require_internal(services.config.cluster_secret, request)
+        require_internal(request)
         body = parsing.parse_json_object(await request.read())
         index = parsing.get_int(body, "index", lo=0, hi=_MAX_INDEX)
         return web.json_response({"applied": await services.controller.wait_applied(index)})

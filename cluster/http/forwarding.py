@@ -48,7 +48,7 @@ from ..partitions import PartitionProduceResult
 from ..routed_produce import LeaderForwarder
 from ..seams import NodeDirectory, PeerClient
 from ..security.node_calls import NODE_CALL_HEADER, NodeCallSigner, body_sha256_async
-from ..security.principals import ANONYMOUS, PRINCIPAL_KEY
+from ..security.principals import ANONYMOUS, CLIENT_HOST_KEY, PRINCIPAL_KEY
 from .node_auth import forwarded
 
 __all__ = ["TIMEOUT_HEADER", "Forwarder", "Locate", "forwarded"]
@@ -66,6 +66,12 @@ def principal_of(request: web.Request) -> str:
     """The principal a request is served for (what a call made for it acts for)."""
     principal = request.get(PRINCIPAL_KEY, ANONYMOUS)
     return principal if isinstance(principal, str) and principal else ANONYMOUS
+
+
+def client_host_of(request: web.Request) -> str:
+    """The client's address as its ACLs match it (what a call made for it carries)."""
+    host = request.get(CLIENT_HOST_KEY, "*")
+    return host if isinstance(host, str) and host and " " not in host else "*"
 
 
 class Forwarder:
@@ -130,6 +136,7 @@ class Forwarder:
         # The target exactly as received (ASCII: the HTTP parser refuses anything else), sent and signed as is.
         path_qs = request.rel_url.raw_path_qs
         principal = principal_of(request)
+        host = client_host_of(request)
         digest = await body_sha256_async(raw)
 
         def resolve(last: BrokerError | None) -> str | None:
@@ -148,7 +155,7 @@ class Forwarder:
                 raise BrokerError(ErrorCode.NETWORK_EXCEPTION, f"{target} is no node of this cluster")
             try:
                 signature = self._signer.sign(
-                    request.method, path_qs, raw, principal, receiver=receiver, body_digest=digest
+                    request.method, path_qs, raw, principal, receiver=receiver, body_digest=digest, host=host
                 )
             except ValueError as exc:  # a method or target the HTTP parser let through but no node serves
                 raise BrokerError(ErrorCode.INVALID_REQUEST, f"cannot forward this request: {exc}") from None
@@ -225,10 +232,10 @@ class Forwarder:
 
     def acting_for(self, request: web.Request) -> LeaderForwarder:
         """``produce_on`` for the routed produce of ``request``: writes on a leader act for its principal."""
-        return _ProduceAs(self, principal_of(request))
+        return _ProduceAs(self, principal_of(request), client_host_of(request))
 
     async def produce_on(
-        self, url: str, part: ProducePartition, principal: str = ANONYMOUS
+        self, url: str, part: ProducePartition, principal: str = ANONYMOUS, host: str = "*"
     ) -> PartitionProduceResult | None:
         """Write ``part`` on the node at ``url`` (its leader), for ``principal``; None if the request never left.
 
@@ -242,7 +249,9 @@ class Forwarder:
             return None
         body = encode_produce_request(ProduceRequest((part,), timeout_ms=max(1, int(left * 1000))))
         digest = await body_sha256_async(body)
-        signature = self._signer.sign("POST", _PRODUCE_PATH, body, principal, receiver=receiver, body_digest=digest)
+        signature = self._signer.sign(
+            "POST", _PRODUCE_PATH, body, principal, receiver=receiver, body_digest=digest, host=host
+        )
         try:
             async with self._session.post(
                 url + _PRODUCE_PATH,
@@ -266,14 +275,15 @@ class Forwarder:
 
 
 class _ProduceAs:
-    """A ``LeaderForwarder`` acting for one principal."""
+    """A ``LeaderForwarder`` acting for one principal (at its client's address)."""
 
-    def __init__(self, forwarder: Forwarder, principal: str) -> None:
+    def __init__(self, forwarder: Forwarder, principal: str, host: str) -> None:
         self._forwarder = forwarder
         self._principal = principal
+        self._host = host
 
     async def produce_on(self, url: str, part: ProducePartition) -> PartitionProduceResult | None:
-        return await self._forwarder.produce_on(url, part, self._principal)
+        return await self._forwarder.produce_on(url, part, self._principal, self._host)
 
 
 def _error_of(body: bytes) -> BrokerError | None:

@@ -88,6 +88,8 @@ class NodeCall:
 
     sender: int
     principal: str | None
+    #: the address of the client a forwarded call acts for (its ACLs' host), as the forwarding node saw it
+    host: str | None = None
 
 
 class NodeCallRejected(Exception):
@@ -117,25 +119,30 @@ async def body_sha256_async(body: bytes) -> str:
     return await asyncio.to_thread(body_sha256, body)
 
 
-def _encode_principal(principal: str | None) -> str:
+def _encode_principal(principal: str | None, host: str | None) -> str:
+    """``"<client host> <principal>"`` (a host has no space; a principal may), unpadded base64url."""
     if principal is None:
         return ""
-    raw = principal.encode("utf-8")
+    if host is not None and (not host or not host.isprintable() or " " in host):
+        raise ValueError("a node call's client host is printable, without spaces")
+    raw = f"{host or '*'} {principal}".encode()
     if not raw or len(raw) > _MAX_PRINCIPAL_BYTES or not principal.isprintable():
         raise ValueError(f"a node call's principal is 1..{_MAX_PRINCIPAL_BYTES} printable bytes")
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
-def _decode_principal(p: str) -> str | None:
+def _decode_principal(p: str) -> tuple[str | None, str | None]:
+    """(principal, client host) of a call's ``p`` field."""
     if not p:
-        return None
+        return None, None
     try:
-        principal = base64.urlsafe_b64decode(p + "=" * (-len(p) % 4)).decode("utf-8")
+        text = base64.urlsafe_b64decode(p + "=" * (-len(p) % 4)).decode("utf-8")
     except (ValueError, UnicodeDecodeError):
         raise NodeCallRejected("malformed principal") from None
-    if not principal or len(principal.encode("utf-8")) > _MAX_PRINCIPAL_BYTES or not principal.isprintable():
+    host, _, principal = text.partition(" ")
+    if not host or not principal or len(text.encode("utf-8")) > _MAX_PRINCIPAL_BYTES or not text.isprintable():
         raise NodeCallRejected("malformed principal")
-    return principal
+    return principal, host
 
 
 def _canonical(
@@ -175,12 +182,13 @@ class NodeCallSigner:
         *,
         receiver: int,
         body_digest: str | None = None,
+        host: str | None = None,
     ) -> str:
         """The ``X-Txbroker-Node-Call`` header value of one call to node ``receiver``.
 
         ``body_digest``: ``body_sha256(body)``, if the caller has it (then ``body`` is not read)."""
         _check_target(method, path_qs)
-        p = _encode_principal(principal)
+        p = _encode_principal(principal, host)
         digest = body_digest if body_digest is not None else body_sha256(body)
         t_ms = int(self._clock() * 1000)
         counter = self._counters.get(receiver)
@@ -277,7 +285,7 @@ class NodeCallVerifier:
             raise NodeCallRejected("bad signature (or signed for another node)")
         if self._is_sender is not None and not self._is_sender(sender):
             raise NodeCallRejected(f"node {sender} is not a node of this cluster")
-        principal = _decode_principal(p)
+        principal, host = _decode_principal(p)
         now_ms = int(self._clock() * 1000)
         if t_ms < now_ms - self._skew_ms:
             raise NodeCallRejected("stale")
@@ -294,7 +302,7 @@ class NodeCallVerifier:
         if why is not None:
             raise NodeCallRejected(why)
         win.newest_t = max(win.newest_t, t_ms)
-        return NodeCall(sender, principal)
+        return NodeCall(sender, principal, host)
 
     def _window_of(self, sender: int, boot: str, now_ms: int) -> _Window:
         boots = self._windows.get(sender)

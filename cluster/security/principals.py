@@ -8,6 +8,7 @@ from .node_calls import NodeCall
 
 __all__ = [
     "ANONYMOUS",
+    "CLIENT_HOST_KEY",
     "NODE_CALL_KEY",
     "PRINCIPAL_KEY",
     "WILDCARD_PRINCIPAL",
@@ -22,6 +23,8 @@ WILDCARD_PRINCIPAL = "User:*"
 #: The request key (``request[PRINCIPAL_KEY]``) under which the HTTP layer keeps the authenticated principal.
 #: (``web.RequestKey``s: aiohttp warns about plain string keys, and the values are typed.)
 PRINCIPAL_KEY = web.RequestKey("txb.principal", str)
+#: The request key of the client's address as ACLs match it (``*`` when unknown): the peer's, or a forwarded call's.
+CLIENT_HOST_KEY = web.RequestKey("txb.client_host", str)
 #: The request key under which it keeps the verified node-to-node call (``node_calls.NodeCall``), if the request is one.
 NODE_CALL_KEY = web.RequestKey("txb.node_call", NodeCall)
 

@@ -180,3 +180,27 @@ def test_arrow_builder_keeps_only_visible_records_in_range_with_nulls_and_header
     rb2 = no_headers.build()
     assert rb2 is not None and rb2.column("key").to_pylist() == [b"k0", None, None]
     assert RecordBatchBuilder(schema, "t", 0, 100, 200).build() is None
+
+
+def test_credentials_options_are_checked_and_kept_out_of_reprs():
+    from spark_io.options import Credentials
+    from spark_io.reader import ReadSettings
+
+    raw = {"bootstrap": "https://a:1", "subscribe": "t", "username": "alice", "PASSWORD": "hunter2",
+           "ssl.cafile": "/nonexistent/ca.pem"}  # fmt: skip
+    with pytest.raises(BrokerError, match=r"ssl\.cafile") as info:
+        ReaderOptions.parse(raw, streaming=False)
+    assert info.value.error_code.name == "INVALID_CONFIG"
+    del raw["ssl.cafile"]
+    o = ReaderOptions.parse(raw, streaming=False)
+    assert o.credentials == Credentials("alice", "hunter2")
+    w = WriterOptions.parse({**raw, "topic": "t"}, streaming=False)
+    for value in (o, w, ReadSettings.of(o), o.credentials):
+        assert "hunter2" not in repr(value)
+    with pytest.raises(BrokerError, match="together"):
+        WriterOptions.parse({"bootstrap": "http://a:1", "username": "alice"}, streaming=False)
+    with pytest.raises(BrokerError, match="https://"):
+        ReaderOptions.parse({"bootstrap": "http://a:1", "subscribe": "t", "ssl.cafile": "ca.pem"}, streaming=False)
+    assert ReaderOptions.parse({"bootstrap": "http://a:1", "subscribe": "t"}, streaming=False).credentials == (
+        Credentials()
+    )

@@ -46,7 +46,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                         "readiness", "security", "security.*", "security_state")),
     ("services", ("controller_service", "partitions", "routed_produce", "group_service", "txn", "txn.*")),
     ("http", ("http", "http.*")),
-    ("process", ("node", "cli", "__main__", "health", "client_commands", "copier")),
+    ("process", ("node", "cli", "__main__", "health", "client_commands", "copier", "client_config",
+                 "security_commands")),
 ]  # fmt: skip
 
 
