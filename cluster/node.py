@@ -156,8 +156,10 @@ class Node:
         self.raft = RaftNode(config.self_address.raft_address, raft_dir, settings, self.loop, bind_host=config.host)
         clock = SystemClock()
         self.nodes = ConfiguredNodes(config)
-        self.peer_client = PeerHttpClient(self.nodes, config.cluster_secret, config.request_timeout_ms / 1000)
-        self.peer_view = PeerView(config)
+        self.peer_client = PeerHttpClient(
+            self.nodes, config.cluster_secret, config.request_timeout_ms / 1000, ssl_context=client_ssl
+        )
+        self.peer_view = PeerView(config, ssl_context=client_ssl)
         self.peer_client.reachable = self.peer_view.is_alive
         self.peer_client.relays = self._relays_to
         self.replicas = ReplicaManager(
@@ -195,6 +197,7 @@ class Node:
             config=self.config, metrics=self.metrics, node=self, controller=self.controller,
             partitions=self.partitions, routed=self.routed, txn=self.txn, groups=self.groups,
             producer_ids=self.producer_ids, markers=self.markers, peers=self.peer_client, nodes=self.nodes,
+            client_ssl=self.client_ssl,
         )  # fmt: skip
 
     # ---- lifecycle --------------------------------------------------------

@@ -129,7 +129,9 @@ def make_app(services: Services) -> web.Application:
     config = services.config
     request_timeout_s = config.request_timeout_ms / 1000
     signer = NodeCallSigner(config.cluster_secret, config.node_id)
-    forwarder = Forwarder(services.nodes, services.peers, request_timeout_s, signer=signer)
+    forwarder = Forwarder(
+        services.nodes, services.peers, request_timeout_s, signer=signer, ssl_context=services.client_ssl
+    )
     nodes = services.nodes
     verifier = NodeCallVerifier(config.cluster_secret, node_id=config.node_id, senders=lambda n: n in nodes.node_ids())
     security = config.security

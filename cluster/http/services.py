@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -48,3 +49,5 @@ class Services:
     markers: MarkerWriter
     peers: PeerClient
     nodes: NodeDirectory
+    #: the context of this node's HTTPS calls to other nodes (None: the nodes speak plain HTTP)
+    client_ssl: ssl.SSLContext | None = None

@@ -9,8 +9,8 @@ or a client request proxied to the node that can answer it -- carries one header
 - ``t``: when it was signed, Unix milliseconds (decimal);
 - ``c``: the nonce: the signer's boot id (16 lowercase hex digits, random per signer) and a counter the
   signer increments per call to that receiver (decimal);
-- ``p``: the principal the call acts for, UTF-8 in unpadded base64url; empty for the node itself (an
-  internal call);
+- ``p``: whom the call acts for, ``"<client address> <principal>"`` (the address host ACLs match, ``*``
+  when unknown) in UTF-8, unpadded base64url; empty for the node itself (an internal call);
 - ``s``: HMAC-SHA256, lowercase hex, of the canonical string (fields joined by ``\\n``)::
 
       txbroker-node-call / v1 / METHOD / path?query / SHA-256 hex of the body / p / n / receiver / t / c
@@ -126,7 +126,7 @@ def _encode_principal(principal: str | None, host: str | None) -> str:
     if host is not None and (not host or not host.isprintable() or " " in host):
         raise ValueError("a node call's client host is printable, without spaces")
     raw = f"{host or '*'} {principal}".encode()
-    if not raw or len(raw) > _MAX_PRINCIPAL_BYTES or not principal.isprintable():
+    if not principal or len(raw) > _MAX_PRINCIPAL_BYTES or not principal.isprintable():
         raise ValueError(f"a node call's principal is 1..{_MAX_PRINCIPAL_BYTES} printable bytes")
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 

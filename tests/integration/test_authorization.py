@@ -22,12 +22,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from cluster.security.scram import make_credential
 
 from cluster.config import BootstrapUser, SecurityConfig
 from cluster.http import make_app
 from cluster.http.access import ACCESS, Mode
 from cluster.metrics import NodeMetrics
+from cluster.security.scram import make_credential
 from tests.support.cluster import LocalCluster, http, wait_for
 
 pytestmark = pytest.mark.timeout(600)
@@ -228,9 +228,9 @@ OPEN = {("GET", "/livez"), ("GET", "/readyz"), ("GET", "/v1/openapi.json")}
 def declared_routes() -> dict[tuple[str, str], Mode]:
     services = SimpleNamespace(
         config=SimpleNamespace(max_request_bytes=1 << 20, request_timeout_ms=30_000, security=secure_config(),
-                               cluster_secret="s" * 32),
+                               cluster_secret="s" * 32, node_id=1),
         metrics=NodeMetrics(), txn=None, groups=None, controller=SimpleNamespace(security_view=lambda: None),
-        nodes=None, peers=None,
+        nodes=SimpleNamespace(node_ids=lambda: [1]), peers=None, client_ssl=None,
     )  # fmt: skip
     app = make_app(services)  # type: ignore[arg-type]
     out = {}

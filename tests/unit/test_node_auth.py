@@ -21,7 +21,9 @@ from aiohttp.test_utils import make_mocked_request
 
 from clients.protocol import BrokerError, ErrorCode, ProducePartition
 from cluster.config import free_ports
-from cluster.http.app import make_middlewares, node_call_middleware
+from cluster.http.access import Access, RouteTable
+from cluster.http.app import make_middlewares
+from cluster.http.auth import Gatekeeper
 from cluster.http.forwarding import Forwarder
 from cluster.http.internal import PeerHttpClient
 from cluster.http.node_auth import forwarded, require_internal
@@ -90,10 +92,12 @@ async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
 
 
 def receiver(verifier: NodeCallVerifier) -> web.Application:
-    app = web.Application(middlewares=[*make_middlewares(NodeMetrics()), node_call_middleware(verifier)])
-    app.router.add_post("/v1/produce", produce)
-    app.router.add_route("*", "/v1/internal/{tail:.*}", internal)
-    app.router.add_route("*", "/{tail:.*}", echo)
+    gatekeeper = Gatekeeper(None, lambda: None, verifier)  # type: ignore[arg-type,return-value]
+    app = web.Application(middlewares=make_middlewares(NodeMetrics(), gatekeeper))
+    routes = RouteTable(app)
+    routes.post("/v1/produce", produce, Access.user())
+    routes.add("*", "/v1/internal/{tail:.*}", internal, Access.nodes())
+    routes.add("*", "/{tail:.*}", echo, Access.user())
     return app
 
 

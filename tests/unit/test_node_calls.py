@@ -57,7 +57,13 @@ def test_round_trip_internal_and_forwarded() -> None:
     call = verifier.verify(
         "GET", "/v1/topics/x", b"", signer.sign("GET", "/v1/topics/x", b"", "User:alice", receiver=RECEIVER)
     )
-    assert call == NodeCall(2, "User:alice")
+    assert call == NodeCall(2, "User:alice", "*")
+    call = verifier.verify(
+        "GET", "/v1/x", b"", signer.sign("GET", "/v1/x", b"", "User:a b", receiver=RECEIVER, host="10.1.2.3")
+    )
+    assert call == NodeCall(2, "User:a b", "10.1.2.3")  # the client's address travels with its principal
+    with pytest.raises(ValueError):
+        signer.sign("GET", "/v1/x", b"", "User:a", receiver=RECEIVER, host="10.1.2.3 User:admin")
     unicode = "User:\u00e9t\u00e9 \u4e16\u754c"
     assert (
         verifier.verify("POST", "/", b"", signer.sign("POST", "/", b"", unicode, receiver=RECEIVER)).principal
@@ -70,7 +76,7 @@ def test_the_header_has_the_documented_shape_and_the_key_is_not_the_secret() -> 
     header = signer.sign("POST", PATH, BODY, "User:bob", receiver=RECEIVER)
     assert re.fullmatch(r"v1 n=2,t=\d+,c=[0-9a-f]{16}\.1,p=[A-Za-z0-9_-]+,s=[0-9a-f]{64}", header), header
     f = fields(header)
-    assert base64.urlsafe_b64decode(f["p"] + "=" * (-len(f["p"]) % 4)) == b"User:bob"
+    assert base64.urlsafe_b64decode(f["p"] + "=" * (-len(f["p"]) % 4)) == b"* User:bob"  # client host, principal
     canonical = "\n".join(
         ("txbroker-node-call", "v1", "POST", PATH, body_sha256(BODY), f["p"], "2", str(RECEIVER), f["t"], f["c"])
     ).encode()
@@ -116,7 +122,7 @@ def test_altered_principal_sender_timestamp_nonce_are_rejected() -> None:
     ):
         with pytest.raises(NodeCallRejected, match="bad signature"):
             verifier.verify("POST", PATH, BODY, rebuild({**f, **change}))
-    assert verifier.verify("POST", PATH, BODY, rebuild(f)) == NodeCall(2, "User:alice")
+    assert verifier.verify("POST", PATH, BODY, rebuild(f)) == NodeCall(2, "User:alice", "*")
 
 
 def test_a_call_signed_for_another_node_is_rejected_there() -> None:
