@@ -20,7 +20,7 @@ from coordinator.group_commit import GroupDecision, GroupDecisionResult, member_
 from coordinator.metadata import TransactionMetadata
 from coordinator.results import EndTxnResult
 
-from ..deadline import background_task
+from ..deadline import background_task, current_deadline, loop_now
 from .markers import MarkerDriver, backoff, driver_for_term
 from .state_manager import TransactionStateManager
 
@@ -82,7 +82,7 @@ class CommitGroups:
         """Decide a commit group: bind every member, record the decision once, carry it out.
 
         Answers when the decision is durable; the members are resolved before
-        the answer when that is quick (within the request timeout).
+        the answer when that is quick (within the request's deadline).
         """
         part = self._state.leading(group_id)
         existing = part.sm.group_decision(group_id)
@@ -99,8 +99,10 @@ class CommitGroups:
         assert isinstance(result, GroupDecisionResult), result
         decision = result.decision
         task = self._ensure_driver(part.partition, decision)
+        deadline = current_deadline()  # the caller's: the decision is durable, the members resolve in the background
+        wait = self._request_timeout_s if deadline is None else max(0.0, deadline.remaining(loop_now()))
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(task), self._request_timeout_s)
+            await asyncio.wait_for(asyncio.shield(task), wait)
         return decision
 
     def decision_ready(self, partition: int, decision: GroupDecision) -> None:

@@ -79,8 +79,10 @@ class Secure:
         return http(method, self.cluster.url(via) + path, body, headers=ADMIN, timeout=30)
 
     def set_acls(self, principal: str, acls: list[dict[str, str]]) -> None:
-        status, body = self.admin("DELETE", "/v1/acls", {"principal": principal})
-        assert status == 200, body
+        """``principal``'s ACLs (and no ACL for ``User:*``) become ``acls``."""
+        for who in (principal, "User:*"):
+            status, body = self.admin("DELETE", "/v1/acls", {"principal": who})
+            assert status == 200, body
         if acls:
             status, body = self.admin("POST", "/v1/acls", {"acls": acls})
             assert status == 201, body
@@ -264,7 +266,12 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
         assert status == 200, body
         status, body = s.admin("POST", "/v1/topics", {"name": TOPIC, "partitions": 1, "replication_factor": 3})
         assert status == 201, body
-        cluster.wait_leaders(TOPIC, 1)
+
+        def led() -> bool:
+            status, body = s.admin("GET", f"/v1/metadata?topics={TOPIC}")
+            return status == 200 and all(p["leader"] is not None for t in body["topics"] for p in t["partitions"])
+
+        wait_for(led, 30, f"a leader of {TOPIC}")
         yield s
     finally:
         cluster.close()
@@ -307,8 +314,10 @@ def _allowed_sets(needs: list[Acl], alternatives: list[list[Acl]]) -> Iterator[t
 
 
 def _ask(s: Secure, row: Row, c: dict[str, str], via: int, headers: dict[str, str] | None) -> tuple[int, Any]:
+    """The row's request as ``headers`` say; an allowed one may wait for what it asks at most 1 s (504 then)."""
     body = row.body(c) if row.body is not None else None
-    return http(row.method, s.cluster.url(via) + row.path(c), body, headers=headers, timeout=30)
+    bounded = {**(headers or {}), "X-Txbroker-Timeout-Ms": "1000"}
+    return http(row.method, s.cluster.url(via) + row.path(c), body, headers=bounded, timeout=30)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r.method} {r.route}")

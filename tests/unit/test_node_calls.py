@@ -62,7 +62,7 @@ def test_round_trip_internal_and_forwarded() -> None:
         "GET", "/v1/x", b"", signer.sign("GET", "/v1/x", b"", "User:a b", receiver=RECEIVER, host="10.1.2.3")
     )
     assert call == NodeCall(2, "User:a b", "10.1.2.3")  # the client's address travels with its principal
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="client host"):
         signer.sign("GET", "/v1/x", b"", "User:a", receiver=RECEIVER, host="10.1.2.3 User:admin")
     unicode = "User:\u00e9t\u00e9 \u4e16\u754c"
     assert (
