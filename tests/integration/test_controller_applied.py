@@ -10,14 +10,13 @@ from typing import Any
 import pytest
 
 from cluster.controller_service import APPLIED_PATH, APPLIED_WAIT_S
-from cluster.peers import AUTH_HEADER, sign
-from tests.support.cluster import LocalCluster, http
+from tests.support.cluster import LocalCluster, http, node_call
 
 pytestmark = pytest.mark.integration
 
 
 def applied(c: LocalCluster, node: int, body: Any, *, signed: bool = True, timeout: float = 30.0) -> tuple[int, Any]:
-    headers = {AUTH_HEADER: sign(c.configs[0].cluster_secret, "POST", APPLIED_PATH)} if signed else {}
+    headers = node_call(c.configs[0], node, "POST", APPLIED_PATH, body) if signed else {}
     return http("POST", c.url(node) + APPLIED_PATH, body, headers=headers, timeout=timeout)
 
 
