@@ -323,8 +323,10 @@ def test_new_coordinator_serves_offsets_and_generation_after_sigkill(make_cluste
     a = Member(c, group, via=coord, session_ms=15_000)
     a.join()
     assert a.commit({0: 42})[0] == 200
-    tid = next(t for t in (f"tx-failover-{i}" for i in range(100))
-               if call(c, "GET", f"/v1/coordinators/transaction/{t}")["node_id"] != coord)  # fmt: skip
+    # a transactional id coordinated by another node (once the leader balancer has spread the groups)
+    tid = wait_for(lambda: next((t for t in (f"tx-failover-{i}" for i in range(100))
+                                 if call(c, "GET", f"/v1/coordinators/transaction/{t}")["node_id"] != coord), None),
+                   30, "a transaction coordinator other than the group's")  # fmt: skip
     w = TxnWriter(c, tid)
     status, res = a.commit({1: 7}, transactional_id=w.tid, producer_id=w.pid, producer_epoch=w.epoch)
     assert status == 200 and res["pending"] is True, res
