@@ -44,9 +44,7 @@ from .measure import proc_stat, sum_samples, threads_cpu_by_kind
 REPO = Path(__file__).resolve().parents[1]
 
 
-def http_json(
-    method: str, url: str, body: Any = None, timeout: float = 10.0, access: Access = OPEN
-) -> tuple[int, Any]:
+def http_json(method: str, url: str, body: Any = None, timeout: float = 10.0, access: Access = OPEN) -> tuple[int, Any]:
     """(status, parsed JSON answer) of one request with a JSON ``body``; an HTTP error status answers too.
 
     ``access``: the TLS context and HTTP Basic credentials of a secure cluster (none by default)."""
@@ -322,8 +320,9 @@ def fresh_cluster(
     prefix: str = "txbroker-bench-", settings: dict[str, Any] | None = None, *, secure: bool = False
 ) -> Iterator[BenchCluster]:
     """A started ``BenchCluster`` in a new temporary directory named ``prefix...``; stopped and removed on exit."""
-    with tempfile.TemporaryDirectory(prefix=prefix) as tmp, BenchCluster(
-        Path(tmp), settings=settings, secure=secure
-    ) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix=prefix) as tmp,
+        BenchCluster(Path(tmp), settings=settings, secure=secure) as cluster,
+    ):
         cluster.start()
         yield cluster

@@ -69,7 +69,8 @@ def filler_acls(count: int, principals: int = 50) -> list[AclBinding]:
     out: list[AclBinding] = []
     size = count
     while len(out) < count:
-        out = [a for a in build_acls(size, principals) if not (a.principal == "User:*" and a.permission is Permission.DENY)]
+        mix = build_acls(size, principals)
+        out = [a for a in mix if not (a.principal == "User:*" and a.permission is Permission.DENY)]
         size += max(16, count // 10)
     return out[:count]
 
@@ -77,25 +78,28 @@ def filler_acls(count: int, principals: int = 50) -> list[AclBinding]:
 def add_bench_user(cluster: BenchCluster, filler: int) -> dict[str, Any]:
     """Create the ``bench`` user with the producer's ACLs and ``filler`` other ACLs through the admin; the
     producer's security options (every node authenticates the user before this returns)."""
-    assert cluster.access.auth is not None and cluster.ca_file is not None
+    if cluster.access.auth is None or cluster.ca_file is None:
+        raise ValueError("add_bench_user needs a secure cluster")
     user, password = cluster.access.auth
     urls = ",".join(c.url for c in cluster.configs)
-    admin_options: dict[str, Any] = {"sasl_plain_username": user, "sasl_plain_password": password}
-    admin = Admin(urls, ssl_cafile=str(cluster.ca_file), **admin_options)
+    admin = Admin(urls, sasl_plain_username=user, sasl_plain_password=password, ssl_cafile=str(cluster.ca_file))
     bench_password = secrets.token_urlsafe(18)
     admin.upsert_user(BENCH_USER, bench_password)
     acls = producer_acls(TOPIC) + filler_acls(filler)
     for i in range(0, len(acls), _ACL_CHUNK):
         admin.create_acls([a.to_json() for a in acls[i : i + _ACL_CHUNK]])
-    options = {"sasl_plain_username": BENCH_USER, "sasl_plain_password": bench_password,
-               "ssl_cafile": str(cluster.ca_file)}  # fmt: skip
-    me = Admin(urls, **options)
+    me = Admin(urls, sasl_plain_username=BENCH_USER, sasl_plain_password=bench_password,
+               ssl_cafile=str(cluster.ca_file))  # fmt: skip
 
     def knows_bench() -> bool:
         return me.whoami() == f"User:{BENCH_USER}"
 
     wait_for(knows_bench, 30, "the bench user authenticating")
-    return options
+    return {
+        "sasl_plain_username": BENCH_USER,
+        "sasl_plain_password": bench_password,
+        "ssl_cafile": str(cluster.ca_file),
+    }
 
 
 @contextlib.contextmanager
@@ -134,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--linger-ms", type=int, default=5)
     p.add_argument("--filler-acls", type=int, default=1000, help="ACLs of other principals (default 1000)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--profile", metavar="DIR", help="py-spy the secure nodes during the last secure round")
+    p.add_argument("--profile", metavar="DIR", help="py-spy every node of both clusters in the last round")
     return p
 
 
@@ -158,9 +162,9 @@ def main(argv: list[str] | None = None) -> int:
             for name in order:
                 cluster = clusters[name]
                 urls = [c.url for c in cluster.configs]
-                last = r == opts.rounds - 1 and name == "secure"
+                last = r == opts.rounds - 1
                 n0, t0 = cluster.nodes_cpu(), time.monotonic()
-                with _profiles(cluster, opts.duration, opts.profile if last else None, "secure") as prof:
+                with _profiles(cluster, opts.duration, opts.profile if last else None, name) as prof:
                     result = asyncio.run(
                         run_client_produce_bench(
                             urls, TOPIC, opts.duration, opts.record_size, warmup_s=opts.warmup,
@@ -172,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                 result["nodes_busy_cores"] = round(busy, 2)
                 result["nodes_cpu_us_per_record"] = round(1e6 * busy / max(1, result["records_per_s"]), 1)
                 if prof:
-                    out["profile"] = prof
+                    out.setdefault("profile", {})[name] = prof
                 runs[name].append(result)
     out["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     keys = ("records_per_s", "mb_per_s", "p50_ms", "p99_ms", "nodes_busy_cores", "nodes_cpu_us_per_record",
