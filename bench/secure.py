@@ -124,6 +124,20 @@ def _profiles(cluster: BenchCluster, seconds: float, directory: str | None, tag:
                 found[f"node{node}"] = {"file": str(out), **summarize_profile(out)}
 
 
+def http_requests(cluster: BenchCluster) -> dict[str, int]:
+    """``"METHOD route status"`` -> requests the cluster's nodes served so far (their ``/metrics``)."""
+    out: dict[str, int] = {}
+    for samples in cluster.scrape_nodes():
+        for labels, value in samples.get("txbroker_http_requests_total", []):
+            key = f"{labels.get('method')} {labels.get('route')} {labels.get('status')}"
+            out[key] = out.get(key, 0) + int(value)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def _minus(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0)}
+
+
 def _median_round(results: list[dict[str, Any]]) -> dict[str, Any]:
     return sorted(results, key=lambda r: r["records_per_s"])[len(results) // 2]
 
@@ -157,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         for c in clusters.values():
             c.create_topic(TOPIC, opts.partitions)
         out["leaders_balanced"] = {name: c.preferred_leaders(TOPIC)[1] for name, c in clusters.items()}
+        served_before = {name: http_requests(c) for name, c in clusters.items()}
         for r in range(opts.rounds):
             order = ["plain", "secure"] if r % 2 == 0 else ["secure", "plain"]
             for name in order:
@@ -178,6 +193,11 @@ def main(argv: list[str] | None = None) -> int:
                 if prof:
                     out.setdefault("profile", {})[name] = prof
                 runs[name].append(result)
+        # What the nodes served during the rounds (every route, by status): the produce requests, and whatever
+        # else the clients and the nodes asked (metadata, node-to-node calls, any 401/403).
+        out["http_requests_during_rounds"] = {
+            name: _minus(http_requests(c), served_before[name]) for name, c in clusters.items()
+        }
     out["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     keys = ("records_per_s", "mb_per_s", "p50_ms", "p99_ms", "nodes_busy_cores", "nodes_cpu_us_per_record",
             "client_cpu_pct", "records_per_request", "retries", "errors")  # fmt: skip
