@@ -19,7 +19,9 @@ accepts records), as ``bench`` on the secure cluster. The clusters take turns
 both alike. It reports each cluster's records/s and p99 ack latency (the
 round with the median records/s), the nodes' CPU per acknowledged record, and
 the paired ratios secure/plain of throughput (the target: 0.85 or more) and of
-p99 latency, each with a 95 % interval resampled over the rounds. ``--json``
+p99 latency, each with a 95 % interval resampled over the rounds (``--control``
+makes the second cluster plain too: an A/A run, whose ratio is the noise of
+the machine at the time). ``--json``
 prints the result as one JSON object.
 """
 
@@ -151,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=3)
     p.add_argument("--linger-ms", type=int, default=5)
     p.add_argument("--filler-acls", type=int, default=1000, help="ACLs of other principals (default 1000)")
+    p.add_argument("--control", action="store_true",
+                   help="A/A control: the second cluster is plain too (its ratio is the run's noise)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--profile", metavar="DIR", help="py-spy every node of both clusters in the last round")
     return p
@@ -163,11 +167,16 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "load_average_before": [round(x, 2) for x in os.getloadavg()],
         "filler_acls": opts.filler_acls,
+        "control": opts.control,
     }
     runs: dict[str, list[dict[str, Any]]] = {"plain": [], "secure": []}
-    with fresh_cluster("txbroker-bench-plain-") as plain, fresh_cluster("txbroker-bench-tls-", secure=True) as sec:
+    second = "txbroker-bench-control-" if opts.control else "txbroker-bench-tls-"
+    with fresh_cluster("txbroker-bench-plain-") as plain, fresh_cluster(second, secure=not opts.control) as sec:
         clusters = {"plain": plain, "secure": sec}
-        options: dict[str, dict[str, Any]] = {"plain": {}, "secure": add_bench_user(sec, opts.filler_acls)}
+        options: dict[str, dict[str, Any]] = {
+            "plain": {},
+            "secure": {} if opts.control else add_bench_user(sec, opts.filler_acls),
+        }
         for c in clusters.values():
             c.create_topic(TOPIC, opts.partitions)
         out["leaders_balanced"] = {name: c.preferred_leaders(TOPIC)[1] for name, c in clusters.items()}
