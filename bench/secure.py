@@ -1,6 +1,7 @@
 """What security costs a producer: one plain cluster against one with TLS, HTTP Basic and ACLs, side by side.
 
-``txbroker bench secure [--rounds N] [--duration S] [--warmup S] [--filler-acls N] [--json] [--profile DIR]``
+``txbroker bench secure [--rounds N] [--duration S] [--warmup S] [--filler-acls N] [--control] [--json]
+[--profile DIR]``
 (also ``python -m bench.secure``) starts two 3-node clusters on loopback in
 one run: a plain one, and a secure one set up as ``txbroker cluster init
 --secure`` sets it up (HTTPS with certificates of a fresh CA, HTTP Basic
@@ -21,8 +22,10 @@ round with the median records/s), the nodes' CPU per acknowledged record, and
 the paired ratios secure/plain of throughput (the target: 0.85 or more) and of
 p99 latency, each with a 95 % interval resampled over the rounds (``--control``
 makes the second cluster plain too: an A/A run, whose ratio is the noise of
-the machine at the time). ``--json``
-prints the result as one JSON object.
+the machine at the time). ``--json`` prints the result as one JSON object;
+``--profile DIR`` records py-spy stacks of every node of both clusters during
+the last round (when py-spy is installed next to the interpreter) and adds
+their busiest frames to the result.
 """
 
 from __future__ import annotations
