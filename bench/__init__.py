@@ -3,9 +3,10 @@
 ``txbroker bench [produce|fetch|failover|idle|all]`` runs ``bench.produce``;
 ``txbroker bench <name>`` runs ``bench.<module>``'s ``main`` for clients
 (``bench.clients``), send-path (``bench.send_path``), consume, load, txn,
-copier, metrics, spark and authz (``bench.authz``: one authorization
+copier, metrics, spark, authz (``bench.authz``: one authorization
 decision with 10,000 ACLs, a credential cache hit against a miss; no
-cluster). Each of those also runs as ``python -m
+cluster) and secure (``bench.secure``: the producer on a cluster with TLS,
+HTTP Basic and ACLs against a plain one, side by side). Each of those also runs as ``python -m
 bench.<module>`` with the same flags. The Raft and storage layers' own
 benchmarks have no ``txbroker`` entry:
 

@@ -34,7 +34,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -65,8 +65,12 @@ async def run_client_produce_bench(
     batch_size: int = 65536,
     buffer_memory: int = 4 * 1024 * 1024,
     api: str = "send",
+    client_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Records/s and MB/s acknowledged through ``AsyncProducer``; every 64th record's latency is sampled.
+
+    ``client_options``: further ``AsyncProducer`` keyword arguments, e.g. the security ones
+    (``sasl_plain_username``, ``sasl_plain_password``, ``ssl_cafile``) of a secure cluster.
 
     ``api="send"``: one ``send()`` per record (null keys: the sticky partitioner
     fills one partition's batch at a time). ``api="send_batch"``: the records go
@@ -86,7 +90,10 @@ async def run_client_produce_bench(
 
         return done
 
-    async with AsyncProducer(urls, linger_ms=linger_ms, batch_size=batch_size, buffer_memory=buffer_memory) as p:
+    options = dict(client_options or {})
+    async with AsyncProducer(
+        urls, linger_ms=linger_ms, batch_size=batch_size, buffer_memory=buffer_memory, **options
+    ) as p:
         await p.partitions_for(topic)
         loop_start = time.monotonic()
         t0 = loop_start + warmup_s

@@ -5,6 +5,13 @@ chosen at run time, configs and data in a directory it is given) and stops
 every one it started; ``fresh_cluster`` starts one in a temporary directory
 for the length of a ``with`` block. ``--node-setting KEY=VALUE`` sets a node
 config field on every node of the benches that take it.
+
+``secure=True`` gives the nodes what ``txbroker cluster init --secure`` writes
+(``cluster.security.secure_init``: HTTPS with certificates of a fresh CA, HTTP
+Basic against SCRAM users, ACLs enforced, the super user ``admin``); the
+cluster's own calls (readiness, topics, metadata, ``/metrics``) then go over
+HTTPS as ``admin`` (``access``), and ``admin_config`` / ``ca_file`` are the
+files a client of it needs.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import functools
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -28,19 +36,23 @@ from pathlib import Path
 from typing import Any
 
 from cluster.config import NodeConfig, free_ports, make_cluster_configs, write_configs
-from cluster.health import Samples, scrape
+from cluster.health import OPEN, Access, Samples, scrape
+from cluster.security.secure_init import ADMIN_USER, secure_cluster
 
 from .measure import proc_stat, sum_samples, threads_cpu_by_kind
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def http_json(method: str, url: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
-    """(status, parsed JSON answer) of one request with a JSON ``body``; an HTTP error status answers too."""
+def http_json(method: str, url: str, body: Any = None, timeout: float = 10.0, access: Access = OPEN) -> tuple[int, Any]:
+    """(status, parsed JSON answer) of one request with a JSON ``body``; an HTTP error status answers too.
+
+    ``access``: the TLS context and HTTP Basic credentials of a secure cluster (none by default)."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", **access.headers()}
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with urllib.request.urlopen(req, timeout=timeout, context=access.ssl_context) as resp:
             return resp.status, json.loads(resp.read() or b"null")
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"null")
@@ -100,12 +112,26 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float
 class BenchCluster:
     """3 ``txbroker node start`` processes on loopback; ``close()`` stops every one it started."""
 
-    def __init__(self, workdir: Path, n: int = 3, settings: dict[str, Any] | None = None) -> None:
-        """``settings``: node settings (``NodeConfig`` fields) off their defaults, the same on every node."""
+    def __init__(
+        self, workdir: Path, n: int = 3, settings: dict[str, Any] | None = None, *, secure: bool = False
+    ) -> None:
+        """``settings``: node settings (``NodeConfig`` fields) off their defaults, the same on every node;
+        ``secure``: TLS, authentication and ACLs as ``cluster init --secure`` sets them up (module docstring)."""
         self.dir = workdir
         ports = free_ports(2 * n)
         configs = make_cluster_configs(n, workdir, http_ports=ports[:n], raft_ports=ports[n:])
-        self.configs: list[NodeConfig] = [dataclasses.replace(c, **(settings or {})) for c in configs]
+        configs = [dataclasses.replace(c, **(settings or {})) for c in configs]
+        #: How the harness reaches the nodes (a secure cluster: its CA and the admin's credentials).
+        self.access: Access = OPEN
+        self.admin_config: Path | None = None
+        self.ca_file: Path | None = None
+        if secure:
+            setup = secure_cluster(configs, workdir)
+            configs = setup.configs
+            password = str(tomllib.loads(setup.admin_config.read_text())["password"])
+            self.admin_config, self.ca_file = setup.admin_config, setup.ca_file
+            self.access = Access(ssl.create_default_context(cafile=str(setup.ca_file)), (ADMIN_USER, password))
+        self.configs: list[NodeConfig] = configs
         self.paths = write_configs(self.configs, workdir)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -132,7 +158,7 @@ class BenchCluster:
 
     def ready(self, node_id: int) -> bool:
         try:
-            return http_json("GET", self.url(node_id) + "/readyz", timeout=2)[0] == 200
+            return http_json("GET", self.url(node_id) + "/readyz", timeout=2, access=self.access)[0] == 200
         except (OSError, ValueError):
             return False
 
@@ -143,8 +169,16 @@ class BenchCluster:
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> None:
+        """Every started node ready; on a secure cluster, also knowing the admin (the bootstrap users recorded)."""
         for i in self.procs:
             wait_for(functools.partial(self.ready, i), timeout, f"node {i} /readyz")
+        if self.access.auth is not None:
+            for i in self.procs:
+                wait_for(functools.partial(self.admin_known, i), timeout, f"node {i} knowing the admin user")
+
+    def admin_known(self, node_id: int) -> bool:
+        """The node authenticates the harness's admin credentials (``GET /v1/whoami`` answers 200)."""
+        return http_json("GET", self.url(node_id) + "/v1/whoami", timeout=2, access=self.access)[0] == 200
 
     def nodes_cpu(self) -> float:
         """CPU seconds (user + system) used so far by the live node processes."""
@@ -209,13 +243,13 @@ class BenchCluster:
 
     def scrape_nodes(self) -> list[Samples]:
         """Every live node's ``/metrics`` (an empty one for a node that does not answer)."""
-        return [scrape(url, timeout=5) or {} for url in self.live_urls()]
+        return [scrape(url, timeout=5, access=self.access) or {} for url in self.live_urls()]
 
     def leaders(self, topic: str) -> dict[int, str | None]:
         """partition -> leader URL, from the first live node that answers."""
         for url in self.live_urls():
             with contextlib.suppress(OSError, ValueError):
-                status, meta = http_json("GET", url + "/v1/metadata", timeout=3)
+                status, meta = http_json("GET", url + "/v1/metadata", timeout=3, access=self.access)
                 if status != 200:
                     continue
                 for t in meta["topics"]:
@@ -232,7 +266,7 @@ class BenchCluster:
             url = self.url(1)
             for _hop in range(3):
                 attempts.append(url)
-                status, res = http_json("POST", url + "/v1/topics", body)
+                status, res = http_json("POST", url + "/v1/topics", body, access=self.access)
                 if status == 201 or (res.get("error_code") == "TOPIC_ALREADY_EXISTS" and len(attempts) > 1):
                     return True  # (already there after a retry: an earlier attempt whose answer was lost made it)
                 if status == 421 and res.get("leader_url"):
@@ -261,7 +295,7 @@ class BenchCluster:
         def balanced() -> dict[int, str] | None:
             for url in self.live_urls():
                 with contextlib.suppress(OSError, ValueError):
-                    status, meta = http_json("GET", url + "/v1/metadata", timeout=3)
+                    status, meta = http_json("GET", url + "/v1/metadata", timeout=3, access=self.access)
                     topics = [t["partitions"] for t in meta["topics"] if t["name"] == topic]
                     parts: list[dict[str, Any]] = topics[0] if topics else []
                     if status == 200 and parts and all(p["leader"] == p["replicas"][0] for p in parts):
@@ -274,15 +308,21 @@ class BenchCluster:
             return {p: str(u) for p, u in self.leaders(topic).items()}, False
 
     def init_producer(self) -> tuple[int, int]:
-        status, res = http_json("POST", self.url(1) + "/v1/producers/init", {"transactional_id": None})
+        status, res = http_json("POST", self.url(1) + "/v1/producers/init", {"transactional_id": None},
+                                access=self.access)  # fmt: skip
         if status != 200:
             raise RuntimeError(f"init producer: {status} {res}")
         return int(res["producer_id"]), int(res["producer_epoch"])
 
 
 @contextlib.contextmanager
-def fresh_cluster(prefix: str = "txbroker-bench-", settings: dict[str, Any] | None = None) -> Iterator[BenchCluster]:
+def fresh_cluster(
+    prefix: str = "txbroker-bench-", settings: dict[str, Any] | None = None, *, secure: bool = False
+) -> Iterator[BenchCluster]:
     """A started ``BenchCluster`` in a new temporary directory named ``prefix...``; stopped and removed on exit."""
-    with tempfile.TemporaryDirectory(prefix=prefix) as tmp, BenchCluster(Path(tmp), settings=settings) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix=prefix) as tmp,
+        BenchCluster(Path(tmp), settings=settings, secure=secure) as cluster,
+    ):
         cluster.start()
         yield cluster

@@ -489,6 +489,7 @@ EXTRA_BENCHES = {
     "metrics": "bench.metrics",  # cost of a 1 s Prometheus scrape
     "spark": "bench.spark",  # Spark batch read/write vs the Python clients
     "authz": "bench.authz",  # one authorization decision with 10,000 ACLs; credential cache hit vs miss
+    "secure": "bench.secure",  # producer throughput and latency, TLS + Basic + ACLs against a plain cluster
 }
 
 
