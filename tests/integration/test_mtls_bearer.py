@@ -133,7 +133,7 @@ def test_bearer_tokens(mtls: Mtls) -> None:
         bearer(claims(aud="someone-else")),
         bearer(claims(), key=other_key),
         bearer(claims(), kid="unknown"),
-        {"Authorization": "Bearer " + jwt.encode(claims(), "secret", algorithm="HS256")},
+        {"Authorization": "Bearer " + jwt.encode(claims(), "s" * 64, algorithm="HS256")},
         {"Authorization": "Bearer not-a-token"},
     ]
     for headers in refused:
