@@ -238,7 +238,6 @@ def test_app_is_refused_a_topic_it_has_no_acl_on(granted: Secure) -> None:
         p.begin_transaction()
         with pytest.raises(BrokerError) as info:
             p.send("forbidden", value=b"x").result(timeout=30)
-            p.commit_transaction()
         assert info.value.error_code is ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
     # over plain HTTP requests too: 403, and a topic that does not exist is no different
