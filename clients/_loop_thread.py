@@ -25,6 +25,10 @@ class LoopThread:
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
+        # A connection aborted while the client closed (a TLS handshake cut short) releases its socket in
+        # a callback of a later iteration: run those before the loop is closed.
+        for _ in range(3):
+            self.loop.run_until_complete(asyncio.sleep(0))
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Schedule ``coro`` on the loop; the returned future is safe to wait on from any thread."""

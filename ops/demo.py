@@ -8,8 +8,10 @@ every acknowledged record is still there exactly once. In between it shows the
 exactly-once features (``ops/demo_eos.py``): the Python Producer/Consumer, a
 transaction committed and one aborted (read_committed vs read_uncommitted), the
 transactional consume-transform-produce copier, a Spark batch read and an
-exactly-once Spark write (when pyspark is installed), and the metrics. Prints
-what happened and stops every process it started.
+exactly-once Spark write (when pyspark is installed), and the metrics; then a
+second, secured cluster (``ops/demo_secure.py``: TLS, users, ACLs, a limited
+user's transactional pipeline). Prints what happened and stops every process
+it started.
 
     python ops/demo.py [--dir DIR] [--records N] [--keep]
 """
@@ -33,6 +35,7 @@ from cluster.config import free_ports, make_cluster_configs, write_configs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import demo_eos as eos
+import demo_secure
 
 RETRIABLE_WAIT = 0.05
 
@@ -242,6 +245,7 @@ def run(args: argparse.Namespace) -> int:
             eos.stage_verify(bootstrap, say, directory)
             eos.stage_spark(bootstrap, say, directory)
             eos.stage_metrics([demo.url(n) for n in (1, 2, 3)], say, Path(__file__).resolve().parent.parent)
+            demo_secure.stage_secure(say)
 
         say("== stopping the whole cluster (SIGTERM) and starting it again")
         demo.stop_all()

@@ -752,12 +752,17 @@ class AsyncProducer:
         return n if n else await self._wait_for_topic(topic)
 
     async def _wait_for_topic(self, topic: str) -> int:
-        """Partition count of ``topic``, refreshing metadata until it exists or ``max_block_ms`` passes."""
+        """Partition count of ``topic``, refreshing metadata until it exists or ``max_block_ms`` passes.
+
+        The metadata request names the topic (as Kafka's producer does): a secured cluster leaves the
+        topics the caller may not DESCRIBE out of a full listing, and answers a named one with
+        ``TOPIC_AUTHORIZATION_FAILED``, which is raised at once instead of waiting for the topic.
+        """
         deadline = time.monotonic() + self._max_block_s
         last: BrokerError | None = None
         while True:
             try:
-                await self._metadata.refresh()
+                await self._metadata.refresh([topic])
             except BrokerError as exc:
                 if is_auth_failure(exc):
                     raise
