@@ -29,6 +29,14 @@ class LoopThread:
         # a callback of a later iteration: run those before the loop is closed.
         for _ in range(3):
             self.loop.run_until_complete(asyncio.sleep(0))
+        # A TLS connection whose graceful shutdown still waits for the node's close_notify is aborted now:
+        # its socket is closed here, not left to the garbage collector once the loop is gone. (The selector
+        # loop keeps its open transports by file descriptor; the client is done with every one of them.)
+        leftover: Any = getattr(self.loop, "_transports", None)
+        if leftover:
+            for transport in list(leftover.values()):
+                transport.abort()
+            self.loop.run_until_complete(asyncio.sleep(0))  # abort closes the socket in a callback
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Schedule ``coro`` on the loop; the returned future is safe to wait on from any thread."""
