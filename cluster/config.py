@@ -258,6 +258,14 @@ class NodeConfig:
     log_level: str = "INFO"
     # None: an open node (local development; it logs a warning at start)
     security: SecurityConfig | None = None
+    # The nodes of `cluster init` (default: every [[nodes]] entry). Internal partitions are placed over them
+    # by default; `cluster add-node` writes them into a new node's file, whose [[nodes]] lists more.
+    founders: tuple[int, ...] = ()
+    # A partition move may not leave a partition with fewer replicas than this (or than it had, if fewer).
+    min_insync_replicas: int = 2
+    # A partition move's new replica counts as caught up within this many Raft entries of the leader.
+    reassignment_catch_up_entries: int = 50
+    reassignment_check_interval_s: float = 0.5
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -270,6 +278,10 @@ class NodeConfig:
     @property
     def url(self) -> str:
         return self.self_address.url
+
+    @property
+    def founder_ids(self) -> tuple[int, ...]:
+        return self.founders or tuple(n.id for n in self.nodes)
 
     def node(self, node_id: int) -> NodeAddress | None:
         for n in self.nodes:
@@ -350,6 +362,10 @@ def parse_config(raw: dict[str, Any], base_dir: Path | None = None) -> NodeConfi
     for key, value in raw.items():
         if key in ("nodes", "security"):
             continue
+        if key == "founders":
+            if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+                raise ConfigError("founders must be a list of node ids")
+            value = tuple(value)
         if key in switches and not isinstance(value, bool):
             raise ConfigError(f"{key} must be true or false, not {value!r}")
         if key in known:
@@ -409,11 +425,13 @@ def render_config(cfg: NodeConfig) -> str:
     ]
     # Every other setting that is not its default (tuning a cluster made by `cluster init` or a bench).
     written = {"node_id", "host", "http_port", "raft_port", "data_dir", "cluster_id", "cluster_secret", "log_format",
-               "nodes", "extra", "security"}  # fmt: skip
+               "nodes", "extra", "security", "founders"}  # fmt: skip
     for f in fields(NodeConfig):
         value = getattr(cfg, f.name)
         if f.name not in written and f.default is not MISSING and value != f.default:
             lines.append(f"{f.name} = {_toml_value(value)}")
+    if cfg.founders:
+        lines.append(f"founders = [{', '.join(str(i) for i in cfg.founders)}]")
     lines.append("")
     for n in cfg.nodes:
         lines += [

@@ -27,7 +27,7 @@ import json
 import logging
 import struct
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
 import crc32c
@@ -37,6 +37,8 @@ from clients.protocol import BrokerError, ErrorCode
 from raft.state_machine import NOOP_COMMAND
 from storage.store import NodeStore
 
+from .controller_view import ControllerView
+from .membership import MEMBERSHIP_OPS, apply_membership
 from .security_state import SECURITY_OPS, SecurityChange, SecurityView, apply_security
 from .topics import PartitionAssignment, TopicMetadata
 
@@ -53,32 +55,6 @@ _HEAD = struct.Struct(">BIq")  # version, crc32c(json), last_applied
 
 class ControllerCorruptionError(Exception):
     """The persisted controller state failed its checksum."""
-
-
-@dataclass(frozen=True, slots=True)
-class ControllerView:
-    topics: Mapping[str, TopicMetadata] = field(default_factory=dict)
-    next_topic_id: int = 1
-    next_producer_id: int = 0
-    placement_cursor: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "topics": [t.to_json() for t in self.topics.values()],
-            "next_topic_id": self.next_topic_id,
-            "next_producer_id": self.next_producer_id,
-            "placement_cursor": self.placement_cursor,
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ControllerView:
-        topics = {t.name: t for t in (TopicMetadata.from_json(x) for x in d["topics"])}
-        return cls(
-            topics=topics,
-            next_topic_id=int(d["next_topic_id"]),
-            next_producer_id=int(d["next_producer_id"]),
-            placement_cursor=int(d["placement_cursor"]),
-        )
 
 
 # ---- commands (JSON; small and rare) -------------------------------------
@@ -225,6 +201,8 @@ class ControllerStateMachine:
         """Pure transition: (result, next view). Errors are results, not exceptions."""
         v = self.view
         op = cmd.get("op")
+        if op in MEMBERSHIP_OPS:
+            return apply_membership(v, cmd)
         if op == "create_topic":
             name = str(cmd["name"])
             if name in v.topics:
@@ -252,7 +230,8 @@ class ControllerStateMachine:
                 return BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}"), v
             topics = dict(v.topics)
             deleted = topics.pop(name)
-            return deleted, replace(v, topics=topics)
+            moves = {g: m for g, m in v.reassignments.items() if m.topic != name}
+            return deleted, replace(v, topics=topics, reassignments=moves)
         if op == "allocate_producer_ids":
             block = ProducerIdBlock(v.next_producer_id, PRODUCER_ID_BLOCK_SIZE)
             return block, replace(v, next_producer_id=v.next_producer_id + PRODUCER_ID_BLOCK_SIZE)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,19 +35,21 @@ from typing import Any
 from clients.protocol import BrokerError, ErrorCode
 from raft import LeadershipEvent, NotLeaderError, RaftError, RaftGroup, RaftNode, RaftTimeoutError
 
+from .cluster_nodes import ClusterNodes
 from .config import NodeConfig
 from .controller import (
     ControllerStateMachine,
-    ControllerView,
     ProducerIdBlock,
     allocate_producer_ids_command,
     create_topic_command,
     delete_topic_command,
 )
+from .controller_view import ControllerView
 from .deadline import Deadline, call_at_leader, current_deadline, loop_now
+from .membership import topic_placement_nodes
 from .peers import PeerView
 from .replicas import ReplicaManager
-from .seams import Clock, NodeDirectory, PeerClient
+from .seams import Clock, PeerClient
 from .security.acl import AclBinding, AclFilter, describe
 from .security.authorizer import Authorizer
 from .security.credentials import CredentialChecker
@@ -74,6 +77,7 @@ from .topics import TopicMetadata, assign_replicas, group_id_for, validate_topic
 __all__ = [
     "APPLIED_PATH",
     "APPLIED_WAIT_S",
+    "CONTROLLER_COMMAND_PATH",
     "CONTROLLER_GROUP",
     "PRODUCER_IDS_PATH",
     "ControllerService",
@@ -85,6 +89,8 @@ log = logging.getLogger(__name__)
 
 CONTROLLER_GROUP = "__controller"
 PRODUCER_IDS_PATH = "/v1/internal/producer-ids"
+# a node proposes a membership command (a finished move, a decommissioned node) at the controller leader
+CONTROLLER_COMMAND_PATH = "/v1/internal/controller/command"
 #: A node answers once its controller replica applied ``{"index": N}`` (at most ``APPLIED_WAIT_S`` later).
 APPLIED_PATH = "/v1/internal/controller/applied"
 APPLIED_WAIT_S = 5.0
@@ -132,7 +138,7 @@ class ControllerService:
         replicas: ReplicaManager,
         peer_view: PeerView,
         peers: PeerClient,
-        nodes: NodeDirectory,
+        nodes: ClusterNodes,
         clock: Clock,
     ) -> None:
         self.config = config
@@ -178,7 +184,7 @@ class ControllerService:
         if self.group is not None:
             addr = self.group.leader()
             if addr is not None:
-                node = self.config.node_by_raft_address(addr)
+                node = self._nodes.node_by_raft_address(addr)
                 if node is not None:
                     return node.id
         return self._peer_view.controller_leader()
@@ -242,7 +248,8 @@ class ControllerService:
     def cluster_json(self) -> dict[str, Any]:
         return {
             "cluster_id": self.config.cluster_id,
-            "nodes": [{"id": n.id, "url": n.url, "alive": self._peer_view.is_alive(n.id)} for n in self.config.nodes],
+            "nodes": [self.node_json(i) for i in self._nodes.all_ids()],
+            "founders": list(self._nodes.founders),
             "controller_leader": self.leader_id(),
         }
 
@@ -291,10 +298,10 @@ class ControllerService:
     # ---- controller commands ------------------------------------------------------------------
 
     def _not_controller(self, leader: str | None) -> BrokerError:
-        node = self.config.node_by_raft_address(leader) if leader else None
+        node = self._nodes.node_by_raft_address(leader) if leader else None
         if node is None:  # our Raft has no leader yet; peers may know it
             known = self._peer_view.controller_leader()
-            node = self.config.node(known) if known is not None and known != self.config.node_id else None
+            node = self._nodes.node(known) if known is not None and known != self.config.node_id else None
         return BrokerError(
             ErrorCode.NOT_CONTROLLER,
             "this node is not the controller leader",
@@ -302,12 +309,52 @@ class ControllerService:
             leader_url=node.url if node else None,
         )
 
+    def require_leader(self) -> None:
+        """NOT_CONTROLLER (with the leader's URL when known) unless this node leads the controller group."""
+        self._require_leader()
+
     def _require_leader(self) -> None:
         """NOT_CONTROLLER (with the leader's URL when known) unless this node leads the controller group."""
         if self.group is None:
             raise BrokerError(ErrorCode.NOT_CONTROLLER, "controller not started")
         if not self.group.is_leader():
             raise self._not_controller(self.group.leader())
+
+    async def submit_command(self, command: bytes) -> Any:
+        """Propose a controller command on this node's replica (NOT_CONTROLLER elsewhere); its result."""
+        return await self._submit(command)
+
+    async def submit_at_leader(self, command: bytes) -> None:
+        """Propose a controller command here if this node leads the controller, else at the leader
+        (``POST /v1/internal/controller/command``), within the current request's deadline."""
+        me = self.config.node_id
+
+        def resolve(last: BrokerError | None) -> int | None:
+            hint = last.extra.get("leader_id") if last is not None else None
+            return int(hint) if isinstance(hint, int) else (self.leader_id() or me)
+
+        async def attempt(node: int) -> None:
+            if node == me:
+                await self._submit(command)
+            else:
+                await self._peers.call(node, CONTROLLER_COMMAND_PATH, {"command": json.loads(command)})
+
+        deadline = current_deadline() or Deadline.after(loop_now(), self.config.request_timeout_ms / 1000)
+        await call_at_leader(resolve, attempt, deadline, what="controller command")
+
+    def node_json(self, node_id: int) -> dict[str, Any]:
+        """A node as ``/v1/cluster`` and ``/v1/nodes`` show it."""
+        addr = self._nodes.node(node_id)
+        voters = self.group.voters() if self.group is not None else frozenset()
+        return {
+            "id": node_id,
+            "url": addr.url if addr else None,
+            "host": addr.host if addr else None,
+            "raft_port": addr.raft_port if addr else None,
+            "alive": self._peer_view.is_alive(node_id),
+            "state": self._nodes.state(node_id) or "active",
+            "controller_voter": addr is not None and addr.raft_address in voters,
+        }
 
     async def _submit(self, command: bytes) -> Any:
         if self.group is None:
@@ -341,7 +388,10 @@ class ControllerService:
         if name in self.view.topics:
             raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         assignment = assign_replicas(
-            [n.id for n in self.config.nodes], partitions, replication_factor, self.view.placement_cursor
+            topic_placement_nodes(self.view, self._nodes.node_ids()),
+            partitions,
+            replication_factor,
+            self.view.placement_cursor,
         )
         meta: TopicMetadata = await self._submit(create_topic_command(name, assignment, cfg, self._clock.now_ms()))
         return meta
@@ -499,7 +549,7 @@ class ControllerService:
         A peer that cannot be reached is not live (it serves nobody); a live one that has not applied the
         change within ``APPLIED_WAIT_S`` makes this REQUEST_TIMED_OUT (the change itself is committed)."""
         me = self.config.node_id
-        peers = [n.id for n in self.config.nodes if n.id != me and self._peer_view.is_alive(n.id)]
+        peers = [n for n in self._nodes.node_ids() if n != me and self._peer_view.is_alive(n)]
 
         async def at(node: int) -> BrokerError | None:
             try:

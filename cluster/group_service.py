@@ -61,6 +61,7 @@ from storage.commands import TxnMarkerResult
 from storage.store import NodeStore
 
 from .config import NodeConfig
+from .controller_view import ControllerView
 from .internal_groups import InternalGroups, InternalPartition
 from .metrics import CoordinatorKind, GroupCoordinatorSample, GroupSample, NodeMetrics
 from .peers import PeerView
@@ -126,7 +127,8 @@ class GroupService:
         self.count = config.offsets_topic_partitions
         self.groups: InternalGroups[GroupStateMachine] = InternalGroups(
             OFFSETS_TOPIC, self.count, config, raft, peer_view, self._make_sm,
-            on_leader_change=self._on_leader_change,
+            on_leader_change=self._on_leader_change, nodes=nodes,
+            forget=lambda p: store.delete_prefix(offsets_storage_prefix(p)),
         )  # fmt: skip
         # partition -> group -> live membership, for the partitions this node leads (loaded in that term)
         self._live: dict[int, dict[str, GroupMembership]] = {}
@@ -142,8 +144,8 @@ class GroupService:
     def _make_sm(self, partition: int) -> GroupStateMachine:
         return GroupStateMachine(self._store, offsets_storage_prefix(partition), partition)
 
-    def start(self) -> None:
-        self.groups.start()
+    def start(self, view: ControllerView | None = None) -> None:
+        self.groups.start(view)
         self._metrics.set_group_source(self.sample)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._run_timers()), loop.create_task(self._expire_producers())]

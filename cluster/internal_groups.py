@@ -1,9 +1,13 @@
 """Internal partitioned Raft groups: ``__transaction_state`` (and later ``__consumer_offsets``).
 
-Each kind is N Raft groups with a fixed placement computed from the static
-node list (nodes sorted by id, partition ``p`` on ``min(3, nodes)``
-consecutive nodes starting at ``p % nodes``), so every node derives the same
-placement without asking the controller. The owner of key K (a transactional
+Each kind is N Raft groups. By default partition ``p`` lives on ``min(3,
+founders)`` consecutive founders (the nodes of ``cluster init``, sorted by id)
+starting at ``p % founders``, so every node derives it without asking the
+controller. A partition moved elsewhere (a reassignment or a decommission)
+has its replica set in the controller's ``internal_replicas``, and while it
+moves every node of the move runs it; ``reconcile`` follows the controller's
+view, starting and stopping local groups (a group that leaves this node
+takes its data with it). The owner of key K (a transactional
 id or a group id) is the leader of partition ``coordinator_partition(K, N)`` (Kafka's hash).
 
 A leader that has not yet committed its term's barrier is *loading*: it
@@ -32,7 +36,9 @@ from raft import (
 from raft.state_machine import StateMachine
 
 from .config import NodeConfig
+from .controller_view import ControllerView
 from .peers import PeerView
+from .seams import NodeDirectory
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +76,9 @@ class InternalGroups(Generic[SM]):
         peers: PeerView,
         make_sm: Callable[[int], SM],
         on_leader_change: Callable[[InternalPartition[SM]], None] | None = None,
+        *,
+        nodes: NodeDirectory,
+        forget: Callable[[int], None] | None = None,
     ) -> None:
         if count < 1:
             raise ValueError(f"{kind}: partition count must be >= 1")
@@ -80,6 +89,10 @@ class InternalGroups(Generic[SM]):
         self._peers = peers
         self._make_sm = make_sm
         self._on_leader_change = on_leader_change
+        self._nodes = nodes
+        self._forget = forget  # deletes a partition's stored state when its group leaves this node
+        self._overrides: dict[str, tuple[int, ...]] = {}
+        self._moving: dict[str, tuple[int, ...]] = {}  # group id -> every node of its move
         self.local: dict[int, InternalPartition[SM]] = {}
         self._by_group: dict[str, InternalPartition[SM]] = {}
 
@@ -87,31 +100,68 @@ class InternalGroups(Generic[SM]):
         return f"{self.kind}-{partition}"
 
     def replicas_of(self, partition: int) -> tuple[int, ...]:
-        return internal_placement([n.id for n in self._config.nodes], partition)
+        gid = self.group_id(partition)
+        return self._overrides.get(gid) or internal_placement(list(self._nodes.founders), partition)
+
+    def placements(self) -> dict[str, tuple[int, ...]]:
+        """Every partition's group id -> its replica set (the controller's, else the default)."""
+        return {self.group_id(p): self.replicas_of(p) for p in range(self.count)}
 
     def partition_for(self, key: str) -> int:
         return coordinator_partition(key, self.count)
 
-    def start(self) -> None:
+    def start(self, view: ControllerView | None = None) -> None:
+        self.reconcile(view or ControllerView())
+        log.info("%s: %d of %d partitions replicated here", self.kind, len(self.local), self.count)
+
+    def reconcile(self, view: ControllerView) -> None:
+        """Run a group for every partition this node replicates or takes part in moving; stop the rest."""
+        prefix = f"{self.kind}-"
+        self._overrides = {g: r for g, r in view.internal_replicas.items() if g.startswith(prefix)}
+        moves = view.reassignments.items()
+        self._moving = {g: m.involved for g, m in moves if m.topic is None and g.startswith(prefix)}
         me = self._config.node_id
         for p in range(self.count):
-            replicas = self.replicas_of(p)
-            if me not in replicas:
-                continue
-            members = []
-            for r in replicas:
-                node = self._config.node(r)
-                if node is None:
-                    raise RuntimeError(f"{self.kind}: replica node {r} is not configured")
-                members.append(node.raft_address)
             gid = self.group_id(p)
-            sm = self._make_sm(p)
-            # Coordinator writes come one at a time: their followers catch up with the next heartbeat.
-            group = self._raft.add_group(gid, members, sm, on_event=self._on_event, lazy_commit_notify=True)
-            part = InternalPartition(p, gid, replicas, group, sm)
-            self.local[p] = part
-            self._by_group[gid] = part
-        log.info("%s: %d of %d partitions replicated here", self.kind, len(self.local), self.count)
+            replicas = self.replicas_of(p)
+            hosts = me in replicas or me in self._moving.get(gid, ())
+            if hosts and p not in self.local:
+                try:
+                    self._add(p, replicas)
+                except Exception:
+                    log.exception("%s: could not start partition %d", self.kind, p)
+            elif not hosts and p in self.local:
+                self._remove(p)
+
+    def _add(self, p: int, replicas: tuple[int, ...]) -> None:
+        members = []
+        for r in replicas:
+            node = self._nodes.node(r)
+            if node is None:
+                raise RuntimeError(f"{self.kind}: replica node {r} is not known")
+            members.append(node.raft_address)
+        me = self._nodes.node(self._config.node_id)
+        if me is not None and me.raft_address not in members:
+            members.append(me.raft_address)  # joining by a move: the current voters and this node
+        gid = self.group_id(p)
+        sm = self._make_sm(p)
+        # Coordinator writes come one at a time: their followers catch up with the next heartbeat.
+        group = self._raft.add_group(gid, members, sm, on_event=self._on_event, lazy_commit_notify=True)
+        part = InternalPartition(p, gid, replicas, group, sm)
+        self.local[p] = part
+        self._by_group[gid] = part
+
+    def _remove(self, p: int) -> None:
+        part = self.local.pop(p)
+        self._by_group.pop(part.group_id, None)
+        self._raft.remove_group(part.group_id, delete_data=True)
+        if self._forget is not None:
+            self._forget(p)
+        part.is_leader = False
+        part.leader_id = None
+        if self._on_leader_change is not None:
+            self._on_leader_change(part)
+        log.info("%s: partition %d moved off this node (its data deleted)", self.kind, p)
 
     def stop(self) -> None:
         for gid in list(self._by_group):
@@ -123,7 +173,7 @@ class InternalGroups(Generic[SM]):
         part = self._by_group.get(event.group_id)
         if part is None:
             return
-        node = self._config.node_by_raft_address(event.leader) if event.leader else None
+        node = self._nodes.node_by_raft_address(event.leader) if event.leader else None
         new_leader = node.id if node else None
         # Compare with the last *event*, not with group.is_leader(): the "ready leader" event follows
         # the "leader, barrier pending" one with the same leader and term, and must still be reported.
@@ -145,7 +195,7 @@ class InternalGroups(Generic[SM]):
             if part.group.is_leader():
                 return self._config.node_id
             addr = part.group.leader()
-            node = self._config.node_by_raft_address(addr) if addr else None
+            node = self._nodes.node_by_raft_address(addr) if addr else None
             if node is not None:
                 return node.id
             if part.leader_id is not None:
@@ -157,7 +207,7 @@ class InternalGroups(Generic[SM]):
 
     def coordinator_url(self, partition: int) -> str | None:
         leader = self.leader_id(partition)
-        node = self._config.node(leader) if leader is not None else None
+        node = self._nodes.node(leader) if leader is not None else None
         return node.url if node else None
 
     def leading(self, partition: int) -> InternalPartition[SM]:

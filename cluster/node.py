@@ -26,23 +26,28 @@ from storage.commands import RevokeResult, TxnMarkerResult
 from storage.store import NodeStore
 
 from .background import every
-from .config import ConfigError, ConfiguredNodes, NodeConfig
+from .cluster_nodes import ClusterNodes
+from .config import ConfigError, NodeConfig
 from .controller import ControllerStateMachine
 from .controller_service import CONTROLLER_GROUP, ControllerService
+from .controller_view import ControllerView
 from .group_service import GroupService
 from .http import PeerHttpClient, Services, make_app
 from .internal_groups import InternalGroups
 from .metrics import GroupRaftSample, NodeMetrics, NodeSample
+from .operations import ClusterOperations
 from .partitions import PartitionService
 from .peers import PeerView
 from .producer_ids import ProducerIdManager
 from .readiness import missing_groups
+from .reassignment import ReassignmentDriver
 from .replicas import LocalReplica, ReplicaManager
 from .routed_produce import RoutedProducer
 from .seams import SystemClock, TopicDirectory
 from .security.tls import node_client_context, server_context
 from .topics import group_id_for
 from .txn import TransactionCoordinator, TxnTokens
+from .txn.state_manager import TXN_STATE_KIND
 
 log = logging.getLogger(__name__)
 
@@ -155,18 +160,26 @@ class Node:
         raft_dir = data / "raft"
         self.raft = RaftNode(config.self_address.raft_address, raft_dir, settings, self.loop, bind_host=config.host)
         clock = SystemClock()
-        self.nodes = ConfiguredNodes(config)
+        controller_sm = ControllerStateMachine(self.store)
+        self.nodes = ClusterNodes(config)
+        self.nodes.update(controller_sm.view)  # the registry as this node last applied it
         self.peer_client = PeerHttpClient(
             self.nodes, config.cluster_secret, config.request_timeout_ms / 1000, ssl_context=client_ssl
         )
-        self.peer_view = PeerView(config, ssl_context=client_ssl)
+        self.peer_view = PeerView(config, ssl_context=client_ssl, nodes=self.nodes)
         self.peer_client.reachable = self.peer_view.is_alive
         self.peer_client.relays = self._relays_to
         self.replicas = ReplicaManager(
-            config, self.store, self.raft, raft_dir, self.loop, on_leader_change=self._on_replica_leader
+            config,
+            self.store,
+            self.raft,
+            raft_dir,
+            self.loop,
+            on_leader_change=self._on_replica_leader,
+            nodes=self.nodes,
         )
         self.controller = ControllerService(
-            config, ControllerStateMachine(self.store), self.raft, self.replicas, self.peer_view, self.peer_client,
+            config, controller_sm, self.raft, self.replicas, self.peer_view, self.peer_client,
             self.nodes, clock,
         )  # fmt: skip
         self.producer_ids = ProducerIdManager(self.controller.allocate_producer_ids)
@@ -189,6 +202,14 @@ class Node:
         self.markers.groups = self.groups
         self.markers.topics = self.controller
         self.routed = RoutedProducer(self.partitions, self.controller, config.request_timeout_ms)
+        self.operations = ClusterOperations(
+            config, self.controller, self.nodes,
+            {TXN_STATE_KIND: self.txn.groups.count, OFFSETS_TOPIC: self.groups.groups.count},
+            self._internal_placements, clock,
+        )  # fmt: skip
+        self.reassignments = ReassignmentDriver(
+            config, self.raft, self.nodes, self.controller, self.peer_view, self._internal_placements
+        )
         self._tasks: list[asyncio.Task[None]] = []
 
     def services(self) -> Services:
@@ -197,7 +218,7 @@ class Node:
             config=self.config, metrics=self.metrics, node=self, controller=self.controller,
             partitions=self.partitions, routed=self.routed, txn=self.txn, groups=self.groups,
             producer_ids=self.producer_ids, markers=self.markers, peers=self.peer_client, nodes=self.nodes,
-            client_ssl=self.client_ssl,
+            operations=self.operations, reassignments=self.reassignments, client_ssl=self.client_ssl,
         )  # fmt: skip
 
     # ---- lifecycle --------------------------------------------------------
@@ -214,10 +235,12 @@ class Node:
             marker.write_text(self.config.cluster_id + "\n")
         self.peer_client.start()
         self.raft.start()
-        self.controller.start(on_change=self.replicas.reconcile)
-        self.replicas.reconcile(self.controller.view)
-        self.txn.start()
-        self.groups.start()
+        self.controller.start(on_change=self._on_metadata)
+        view = self.controller.view
+        self.replicas.reconcile(view)
+        self.txn.start(view)
+        self.groups.start(view)
+        self.reassignments.start()
         self.peer_view.start()
         self._tasks = [
             self.loop.create_task(every(self.config.leader_balance_interval_s, self.partitions.balance_leaders)),
@@ -235,6 +258,7 @@ class Node:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.reassignments.stop()
         await self.peer_client.close()
         await self.peer_view.stop()
         await self.groups.close()
@@ -258,15 +282,26 @@ class Node:
         """What keeps this node from serving: the controller without a known leader, and the internal groups
         replicated here without a ready leader (``cluster.readiness``)."""
         kinds: list[InternalGroups[Any]] = [self.txn.groups, self.groups.groups]
-        out = [m.to_json() for m in missing_groups(self.config, kinds, self.peer_view)]
+        out = [m.to_json() for m in missing_groups(self.config, self.nodes, kinds, self.peer_view)]
         if not self.controller.leader_known():
             out.insert(0, {"group": CONTROLLER_GROUP, "leader": None, "reason": "no leader"})
         return out
 
+    def _internal_placements(self) -> dict[str, tuple[int, ...]]:
+        """Every internal partition's group id -> its replica set."""
+        return {**self.txn.groups.placements(), **self.groups.groups.placements()}
+
+    def _on_metadata(self, view: ControllerView) -> None:
+        """After every controller change (loop thread): learn the nodes, then follow the placement."""
+        self.nodes.update(view)
+        self.replicas.reconcile(view)
+        self.txn.groups.reconcile(view)
+        self.groups.groups.reconcile(view)
+
     def _relays_to(self, node_id: int) -> list[int]:
         """Live peers that may carry a call to ``node_id`` (the peer poll sees them alive)."""
         me = self.config.node_id
-        return [n.id for n in self.config.nodes if n.id not in (me, node_id) and self.peer_view.is_alive(n.id)]
+        return [n for n in self.nodes.node_ids() if n not in (me, node_id) and self.peer_view.is_alive(n)]
 
     def _all_groups(self) -> list[RaftGroup]:
         groups = [r.group for r in self.replicas.replicas.values()] + self.txn.groups.groups()
@@ -325,14 +360,15 @@ class Node:
 
     def metrics_sample(self) -> NodeSample:
         parts, unavailable = self.partitions.samples()
-        up = sum(1 for n in self.config.nodes if self.peer_view.is_alive(n.id))
+        known = self.nodes.node_ids()
+        up = sum(1 for n in known if self.peer_view.is_alive(n))
         c = self.controller.group
         return NodeSample(
             controller_is_leader=bool(c and c.is_leader()),
             controller_term=c.term() if c else 0,
             controller_commit_index=c.commit_index() if c else 0,
             nodes_up=up,
-            nodes_down=len(self.config.nodes) - up,
+            nodes_down=len(known) - up,
             unavailable_partitions=unavailable,
             partitions=parts,
             internal=[*_raft_samples(self.txn.groups), *_raft_samples(self.groups.groups)],

@@ -550,12 +550,13 @@ class PartitionService:
         it rejoined, not at the heal itself (one leader change per fault, not two at once).
         """
         now = time.monotonic()
+        moving = self._controller.view.reassignments
         for rep in list(self._replicas.replicas.values()):
             preferred = rep.replicas[0]
-            if preferred == self.config.node_id or not rep.group.is_leader():
-                self._healthy_since.pop(rep.key, None)
+            if preferred == self.config.node_id or not rep.group.is_leader() or rep.group.group_id in moving:
+                self._healthy_since.pop(rep.key, None)  # a moving partition's leadership follows its move
                 continue
-            addr = self.config.node(preferred)
+            addr = self._nodes.node(preferred)
             if addr is None:
                 continue
             st = rep.group.status()

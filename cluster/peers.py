@@ -25,6 +25,7 @@ from typing import Any
 import aiohttp
 
 from .config import NodeConfig
+from .seams import NodeDirectory
 from .security.node_calls import NODE_CALL_HEADER, NodeCallSigner
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,11 @@ class PeerState:
 class PeerView:
     """``ssl_context``: for ``https://`` node URLs (node-to-node TLS; the node's client certificate)."""
 
-    def __init__(self, config: NodeConfig, *, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self, config: NodeConfig, *, ssl_context: ssl.SSLContext | None = None, nodes: NodeDirectory | None = None
+    ) -> None:
         self._config = config
+        self._nodes = nodes
         self._signer = NodeCallSigner(config.cluster_secret, config.node_id)
         self._ssl = ssl_context
         self.peers: dict[int, PeerState] = {n.id: PeerState(n.id) for n in config.nodes if n.id != config.node_id}
@@ -93,8 +97,20 @@ class PeerView:
                 return p.controller_leader
         return None
 
+    def _sync_peers(self) -> None:
+        """Poll every node the directory knows (a node added to the cluster is polled from the next round)."""
+        if self._nodes is None:
+            return
+        known = set(self._nodes.node_ids())
+        for node_id in known:
+            if node_id != self._config.node_id and node_id not in self.peers:
+                self.peers[node_id] = PeerState(node_id)
+        for node_id in [n for n in self.peers if n not in known]:
+            del self.peers[node_id]
+
     async def _run(self) -> None:
         while True:
+            self._sync_peers()
             await asyncio.gather(*(self._poll(p) for p in self.peers.values()), return_exceptions=True)
             await asyncio.sleep(self._config.peer_poll_interval_s)
 
@@ -102,7 +118,7 @@ class PeerView:
         await asyncio.gather(*(self._poll(p) for p in self.peers.values()), return_exceptions=True)
 
     async def _poll(self, peer: PeerState) -> None:
-        addr = self._config.node(peer.node_id)
+        addr = self._nodes.node(peer.node_id) if self._nodes is not None else self._config.node(peer.node_id)
         if addr is None or self._session is None:
             return
         headers = {NODE_CALL_HEADER: self._signer.sign("GET", STATE_PATH, b"", None, receiver=peer.node_id)}

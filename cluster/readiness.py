@@ -17,7 +17,7 @@ from typing import Any
 
 from .config import NodeConfig
 from .internal_groups import InternalGroups
-from .seams import PeerPartitions
+from .seams import NodeDirectory, PeerPartitions
 
 __all__ = ["MissingGroup", "missing_groups"]
 
@@ -35,7 +35,7 @@ class MissingGroup:
 
 
 def missing_groups(
-    config: NodeConfig, kinds: Sequence[InternalGroups[Any]], peers: PeerPartitions
+    config: NodeConfig, nodes: NodeDirectory, kinds: Sequence[InternalGroups[Any]], peers: PeerPartitions
 ) -> list[MissingGroup]:
     """Every internal group replicated here without a ready leader, in kind and partition order."""
     out: list[MissingGroup] = []
@@ -45,7 +45,7 @@ def missing_groups(
             if part.group.is_leader():
                 continue
             addr = part.group.leader()
-            node = config.node_by_raft_address(addr) if addr else None
+            node = nodes.node_by_raft_address(addr) if addr else None
             if node is None:
                 out.append(MissingGroup(part.group_id, None, "no leader"))
             elif node.id == config.node_id:

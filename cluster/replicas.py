@@ -25,7 +25,9 @@ from storage.partition_log import PartitionLog
 from storage.store import NodeStore
 
 from .config import NodeConfig
-from .controller import ControllerView
+from .controller_view import ControllerView
+from .membership import hosted_groups
+from .seams import NodeDirectory
 from .topics import TopicMetadata, group_id_for, parse_group_id, storage_prefix_for
 
 log = logging.getLogger(__name__)
@@ -125,8 +127,11 @@ class ReplicaManager:
         raft_dir: Path,
         loop: asyncio.AbstractEventLoop,
         on_leader_change: Callable[[LocalReplica], None] | None = None,
+        *,
+        nodes: NodeDirectory,
     ) -> None:
         self._config = config
+        self._nodes = nodes
         self._store = store
         self._raft = raft
         self._raft_dir = raft_dir
@@ -145,15 +150,21 @@ class ReplicaManager:
         self._view = view
         me = self._config.node_id
         wanted: dict[str, tuple[TopicMetadata, int, tuple[int, ...]]] = {}
+        hosted = hosted_groups(view, me)  # its placement, and every move it takes part in
         for meta in view.topics.values():
             for a in meta.partitions:
-                if me in a.replicas:
-                    wanted[group_id_for(meta.topic_id, a.partition)] = (meta, a.partition, a.replicas)
+                gid = group_id_for(meta.topic_id, a.partition)
+                if gid in hosted:
+                    wanted[gid] = (meta, a.partition, a.replicas)
         for gid in list(self._by_group):
             if gid not in wanted:
                 self._remove(gid, delete_data=True)
         for gid, (meta, partition, replicas) in wanted.items():
-            if gid not in self._by_group:
+            current = self._by_group.get(gid)
+            if current is not None:
+                current.topic = meta  # a config change or a finished move: the latest placement and config
+                current.replicas = replicas
+            else:
                 try:
                     self._add(gid, meta, partition, replicas)
                 except Exception:
@@ -167,10 +178,13 @@ class ReplicaManager:
         notifier = NotifyingLog(plog, self._loop)
         members = []
         for r in replicas:
-            addr = self._config.node(r)
+            addr = self._nodes.node(r)
             if addr is None:
-                raise RuntimeError(f"replica node {r} of {meta.name}-{partition} is not configured")
+                raise RuntimeError(f"replica node {r} of {meta.name}-{partition} is not known")
             members.append(addr.raft_address)
+        me = self._nodes.node(self._config.node_id)
+        if me is not None and me.raft_address not in members:
+            members.append(me.raft_address)  # joining by a move: the current voters and this node
         group = self._raft.add_group(gid, members, notifier, on_event=self._on_event, delay_idle_commit_notify=True)
         rep = LocalReplica(meta, partition, replicas, plog, notifier, group)
         self.replicas[rep.key] = rep
@@ -206,7 +220,7 @@ class ReplicaManager:
         rep = self._by_group.get(event.group_id)
         if rep is None:
             return
-        leader_node = self._config.node_by_raft_address(event.leader) if event.leader else None
+        leader_node = self._nodes.node_by_raft_address(event.leader) if event.leader else None
         new_leader = leader_node.id if leader_node else None
         changed = (new_leader, event.term) != (rep.leader_id, rep.term)
         rep.leader_id = new_leader

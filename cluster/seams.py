@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from coordinator.metadata import TopicPartition
     from coordinator.results import AddPartitionsResult
 
+    from .config import NodeAddress
     from .topics import TopicMetadata
 
 __all__ = [
@@ -65,11 +66,20 @@ class NodeDirectory(Protocol):
     @property
     def node_id(self) -> int: ...
 
+    @property
+    def founders(self) -> tuple[int, ...]:
+        """The nodes of ``cluster init`` (the default placement of internal partitions)."""
+        ...
+
     def node_ids(self) -> list[int]:
-        """Every configured node's id, this one included."""
+        """Every known node's id that is not decommissioned, this one included."""
         ...
 
     def node_url(self, node_id: int | None) -> str | None: ...
+
+    def node(self, node_id: int) -> NodeAddress | None: ...
+
+    def node_by_raft_address(self, address: str) -> NodeAddress | None: ...
 
 
 class PeerClient(Protocol):

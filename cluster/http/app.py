@@ -34,6 +34,7 @@ from .auth import Gatekeeper
 from .controller_sync import register_controller_sync
 from .forwarding import TIMEOUT_HEADER, Forwarder
 from .groups import GroupRoutes
+from .operations import OperationRoutes
 from .records import RecordRoutes
 from .security import SecurityRoutes
 from .services import Readiness, Services
@@ -161,6 +162,7 @@ def make_app(services: Services) -> web.Application:
     txn_routes.register(app)
     GroupRoutes(services, forwarder).register(app)
     SecurityRoutes(services, forwarder).register(app)
+    OperationRoutes(services, forwarder).register(app)
     register_controller_sync(app, services)
     check_declared(app)
     return app

@@ -10,7 +10,9 @@ from ..config import NodeConfig
 from ..controller_service import ControllerService
 from ..group_service import GroupService
 from ..metrics import NodeMetrics
+from ..operations import ClusterOperations
 from ..partitions import PartitionService
+from ..reassignment import ReassignmentDriver
 from ..routed_produce import RoutedProducer
 from ..seams import MarkerWriter, NodeDirectory, PeerClient, ProducerIdSource
 from ..txn import TransactionCoordinator
@@ -49,5 +51,7 @@ class Services:
     markers: MarkerWriter
     peers: PeerClient
     nodes: NodeDirectory
+    operations: ClusterOperations
+    reassignments: ReassignmentDriver
     #: the context of this node's HTTPS calls to other nodes (None: the nodes speak plain HTTP)
     client_ssl: ssl.SSLContext | None = None

@@ -55,6 +55,7 @@ from storage.store import NodeStore
 
 from ..background import every
 from ..config import NodeConfig
+from ..controller_view import ControllerView
 from ..metrics import CoordinatorKind, NodeMetrics, TransactionSample, TxnOutcome
 from ..peers import PeerView
 from ..seams import Clock, MarkerWriter, NodeDirectory, PeerClient, ProducerIdSource, TopicDirectory
@@ -150,8 +151,8 @@ class TransactionCoordinator:
 
     # ---- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self.state.start()
+    def start(self, view: ControllerView | None = None) -> None:
+        self.state.start(view)
         self._metrics.set_transaction_source(self.sample)
         interval = self._config.transaction_abort_scan_interval_ms / 1000
         self._tasks.append(asyncio.get_running_loop().create_task(every(interval, self._scan)))

@@ -28,6 +28,7 @@ from raft import RaftNode
 from storage.store import NodeStore
 
 from ..config import NodeConfig
+from ..controller_view import ControllerView
 from ..deadline import Deadline, call_at_leader, current_deadline, loop_now
 from ..internal_groups import InternalGroups, InternalPartition
 from ..peers import PeerView
@@ -76,7 +77,8 @@ class TransactionStateManager:
         self.on_leader_change: Callable[[TxnPartition], None] = lambda _part: None
         self.groups: InternalGroups[TransactionStateMachine] = InternalGroups(
             TXN_STATE_KIND, self.count, config, raft, peer_view, self._make_sm,
-            on_leader_change=lambda part: self.on_leader_change(part),
+            on_leader_change=lambda part: self.on_leader_change(part), nodes=nodes,
+            forget=lambda p: store.delete_prefix(txn_storage_prefix(p)),
         )  # fmt: skip
 
     def _make_sm(self, partition: int) -> TransactionStateMachine:
@@ -93,8 +95,8 @@ class TransactionStateManager:
         sm.on_group_decision = on_decision
         return sm
 
-    def start(self) -> None:
-        self.groups.start()
+    def start(self, view: ControllerView | None = None) -> None:
+        self.groups.start(view)
 
     def stop(self) -> None:
         self.groups.stop()

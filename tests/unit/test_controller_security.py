@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from clients.protocol import BrokerError, ErrorCode
+from cluster.cluster_nodes import ClusterNodes
 from cluster.config import BootstrapUser, NodeConfig, SecurityConfig, make_cluster_configs
 from cluster.controller import ControllerStateMachine
 from cluster.controller_service import APPLIED_PATH, ControllerService
@@ -88,7 +89,7 @@ class Harness:
             None,
             PeerView(alive),
             self.peers,
-            None,
+            ClusterNodes(cfg),
             None,  # type: ignore[arg-type]
         )
         self.svc.group = self.group  # type: ignore[assignment]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from cluster.cluster_nodes import ClusterNodes
 from cluster.config import make_cluster_configs
 from cluster.internal_groups import InternalGroups, InternalPartition
 from raft import LeadershipEvent
@@ -32,6 +33,7 @@ def test_ready_leader_event_is_reported_after_the_barrier_event(tmp_path: Path) 
     groups: InternalGroups[Any] = InternalGroups(
         "__consumer_offsets", 1, cfg, raft=None, peers=None,  # type: ignore[arg-type]
         make_sm=lambda p: None, on_leader_change=lambda part: seen.append(part.group.is_leader()),
+        nodes=ClusterNodes(cfg),
     )  # fmt: skip
     group = _Group()
     part: InternalPartition[Any] = InternalPartition(0, "__consumer_offsets-0", (1, 2, 3), group, None)  # type: ignore[arg-type]

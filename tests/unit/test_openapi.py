@@ -15,7 +15,8 @@ def served_routes() -> set[tuple[str, str]]:
         config=SimpleNamespace(max_request_bytes=1 << 20, request_timeout_ms=30_000, security=None,
                                cluster_secret="s" * 32, node_id=1),
         metrics=NodeMetrics(), txn=None, groups=None, controller=SimpleNamespace(security_view=lambda: None),
-        nodes=SimpleNamespace(node_ids=lambda: [1]), peers=None, client_ssl=None,
+        nodes=SimpleNamespace(node_ids=lambda: [1]), peers=None, client_ssl=None, operations=None,
+        reassignments=None,
     )  # fmt: skip
     app = make_app(services)  # type: ignore[arg-type]
     out = set()

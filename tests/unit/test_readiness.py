@@ -43,7 +43,7 @@ class FakePeers:
 def test_ready_leaders_here_and_elsewhere_are_not_missing():
     txn = kind("__transaction_state", {0: FakeGroup(1, ready_here=True), 1: FakeGroup(2)})
     peers = FakePeers({"__transaction_state-1": {"leader": 2, "ready": True}})
-    assert missing_groups(CONFIG, [txn], peers) == []  # type: ignore[arg-type]
+    assert missing_groups(CONFIG, CONFIG, [txn], peers) == []  # type: ignore[arg-type]
 
 
 def test_each_way_of_lacking_a_ready_leader_is_listed_in_order():
@@ -58,7 +58,7 @@ def test_each_way_of_lacking_a_ready_leader_is_listed_in_order():
         "__transaction_state-1": {"leader": 2, "ready": False},
         "__transaction_state-2": {"leader": 2, "ready": True},
     })  # fmt: skip
-    got = [m.to_json() for m in missing_groups(CONFIG, [txn, offsets], peers)]  # type: ignore[arg-type]
+    got = [m.to_json() for m in missing_groups(CONFIG, CONFIG, [txn, offsets], peers)]  # type: ignore[arg-type]
     assert [(m["group"], m["leader"]) for m in got] == [
         ("__transaction_state-0", 1),
         ("__transaction_state-1", 2),

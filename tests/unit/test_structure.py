@@ -41,10 +41,12 @@ ALLOWED: dict[str, set[str]] = {
 
 #: cluster/'s layers, lowest first: (layer name, module name patterns relative to ``cluster.``).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("infrastructure", ("background", "config", "topics", "controller", "replicas", "internal_groups", "peers",
+    ("infrastructure", ("background", "config", "topics", "controller", "controller_view", "membership",
+                        "cluster_nodes", "replicas", "internal_groups", "peers",
                         "metrics", "sequencer", "producer_ids", "seams", "prometheus_config", "deadline",
                         "readiness", "security", "security.*", "security_state")),
-    ("services", ("controller_service", "partitions", "routed_produce", "group_service", "txn", "txn.*")),
+    ("services", ("controller_service", "partitions", "routed_produce", "group_service", "txn", "txn.*",
+                  "operations", "reassignment")),
     ("http", ("http", "http.*")),
     ("process", ("node", "cli", "__main__", "health", "client_commands", "copier", "client_config",
                  "security_commands")),
