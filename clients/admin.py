@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar, Unpack
 
 from . import _admin_calls as calls
+from . import _cluster_calls as cluster_calls
 from ._http import request_json
 from .aio._metadata import parse_bootstrap
 from .protocol import BrokerError
@@ -153,6 +154,34 @@ class Admin:
     def whoami(self) -> str:
         """The principal the cluster knows this client as, e.g. ``"User:alice"``."""
         return self._run(calls.whoami())
+
+    # ---- operating a cluster (API.md "Operating a cluster") ----
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        """Every registered node: id, url, alive, state (active|decommissioning|decommissioned), ..."""
+        return self._run(cluster_calls.list_nodes())
+
+    def describe_node(self, node_id: int) -> dict[str, Any]:
+        return self._run(cluster_calls.describe_node(node_id))
+
+    def register_node(self, host: str, http_port: int, raft_port: int, node_id: int | None = None) -> dict[str, Any]:
+        """Register a node with the controller (what ``txbroker cluster add-node`` does); its record."""
+        return self._run(cluster_calls.register_node(host, http_port, raft_port, node_id))
+
+    def decommission_node(self, node_id: int) -> dict[str, Any]:
+        """Start moving every replica off ``node_id``; ``describe_node`` shows when it is decommissioned."""
+        return self._run(cluster_calls.decommission_node(node_id))
+
+    def reassign_partition(self, topic: str, partition: int, replicas: Sequence[int]) -> dict[str, Any]:
+        """Start moving a partition to ``replicas`` (Kafka's alterPartitionReassignments)."""
+        return self._run(cluster_calls.reassign_partition(topic, partition, replicas))
+
+    def cancel_reassignment(self, topic: str, partition: int) -> dict[str, Any]:
+        return self._run(cluster_calls.cancel_reassignment(topic, partition))
+
+    def list_reassignments(self) -> list[dict[str, Any]]:
+        """The moves in progress, with their progress (Kafka's listPartitionReassignments)."""
+        return self._run(cluster_calls.list_reassignments())
 
     def close(self) -> None:
         """Nothing to release (one connection per call); here for kafka-python parity."""

@@ -472,6 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .security_commands import register as register_security_commands
 
     register_security_commands(sub, DEFAULT_BOOTSTRAP)  # acl, user, whoami
+    from .operations_commands import register as register_operations
+
+    register_operations(sub, cluster, DEFAULT_BOOTSTRAP)  # cluster add-node|decommission|nodes, partitions
     return ap
 
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar, Unpack
 
 from .. import _admin_calls as calls
+from .. import _cluster_calls as cluster_calls
 from ..protocol import BrokerError
 from ..security import AclBinding, ClientSecurity, SecurityOptions
 from ._metadata import parse_bootstrap
@@ -139,6 +140,31 @@ class AsyncAdmin:
     async def whoami(self) -> str:
         """The principal the cluster knows this client as, e.g. ``"User:alice"``."""
         return await self._run(calls.whoami())
+
+    # ---- operating a cluster (API.md "Operating a cluster") ----
+
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        return await self._run(cluster_calls.list_nodes())
+
+    async def describe_node(self, node_id: int) -> dict[str, Any]:
+        return await self._run(cluster_calls.describe_node(node_id))
+
+    async def register_node(
+        self, host: str, http_port: int, raft_port: int, node_id: int | None = None
+    ) -> dict[str, Any]:
+        return await self._run(cluster_calls.register_node(host, http_port, raft_port, node_id))
+
+    async def decommission_node(self, node_id: int) -> dict[str, Any]:
+        return await self._run(cluster_calls.decommission_node(node_id))
+
+    async def reassign_partition(self, topic: str, partition: int, replicas: Sequence[int]) -> dict[str, Any]:
+        return await self._run(cluster_calls.reassign_partition(topic, partition, replicas))
+
+    async def cancel_reassignment(self, topic: str, partition: int) -> dict[str, Any]:
+        return await self._run(cluster_calls.cancel_reassignment(topic, partition))
+
+    async def list_reassignments(self) -> list[dict[str, Any]]:
+        return await self._run(cluster_calls.list_reassignments())
 
     async def close(self) -> None:
         await self._session.close()

@@ -7,6 +7,7 @@ from typing import Any
 from clients.protocol import ErrorCode
 
 from ..metrics import VERSION
+from .openapi_operations import operation_paths
 from .openapi_security import SECURITY_SCHEMES, security_paths
 from .openapi_txn import transaction_and_group_paths
 
@@ -81,6 +82,7 @@ def openapi_document() -> dict[str, Any]:
     doc = _base_document()
     doc["paths"].update(transaction_and_group_paths())
     doc["paths"].update(security_paths())
+    doc["paths"].update(operation_paths())
     doc.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
     doc["security"] = [{"basic": []}, {"bearer": []}, {"mtls": []}]
     for path in ("/livez", "/readyz", "/v1/openapi.json"):  # open on every node

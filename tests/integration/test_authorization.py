@@ -217,6 +217,22 @@ ROWS: list[Row] = [
         body=lambda c: acl("User:carol", (R, T, c["topic"]))),
     Row("DELETE", "/v1/acls", lambda c: "/v1/acls", lambda c: [("ALTER", C, CL)], "CLUSTER_AUTHORIZATION_FAILED",
         body=lambda c: {"principal": "User:carol"}),
+    # Operating a cluster: an allowed call is made to fail validation, so the shared cluster keeps its shape.
+    Row("GET", "/v1/nodes", lambda c: "/v1/nodes", lambda c: [(D, C, CL)], "CLUSTER_AUTHORIZATION_FAILED"),
+    Row("POST", "/v1/nodes", lambda c: "/v1/nodes", lambda c: [("ALTER", C, CL)], "CLUSTER_AUTHORIZATION_FAILED",
+        body=lambda c: {"host": "127.0.0.1", "http_port": 0, "raft_port": 0}),
+    Row("GET", "/v1/nodes/{node_id}", lambda c: "/v1/nodes/2", lambda c: [(D, C, CL)],
+        "CLUSTER_AUTHORIZATION_FAILED"),
+    Row("POST", "/v1/nodes/{node_id}/decommission", lambda c: "/v1/nodes/3/decommission",
+        lambda c: [("ALTER", C, CL)], "CLUSTER_AUTHORIZATION_FAILED"),
+    Row("POST", "/v1/topics/{topic}/partitions/{partition}/reassign",
+        lambda c: f"/v1/topics/{c['topic']}/partitions/0/reassign", lambda c: [("ALTER", C, CL)],
+        "CLUSTER_AUTHORIZATION_FAILED", body=lambda c: {"replicas": [1, 1]}),
+    Row("DELETE", "/v1/topics/{topic}/partitions/{partition}/reassign",
+        lambda c: f"/v1/topics/{c['topic']}/partitions/0/reassign", lambda c: [("ALTER", C, CL)],
+        "CLUSTER_AUTHORIZATION_FAILED"),
+    Row("GET", "/v1/reassignments", lambda c: "/v1/reassignments", lambda c: [(D, C, CL)],
+        "CLUSTER_AUTHORIZATION_FAILED"),
 ]  # fmt: skip
 
 #: Routes any authenticated principal may call (listings show only what the caller may DESCRIBE).
@@ -232,7 +248,8 @@ def declared_routes() -> dict[tuple[str, str], Mode]:
         config=SimpleNamespace(max_request_bytes=1 << 20, request_timeout_ms=30_000, security=secure_config(),
                                cluster_secret="s" * 32, node_id=1),
         metrics=NodeMetrics(), txn=None, groups=None, controller=SimpleNamespace(security_view=lambda: None),
-        nodes=SimpleNamespace(node_ids=lambda: [1]), peers=None, client_ssl=None,
+        nodes=SimpleNamespace(node_ids=lambda: [1]), peers=None, client_ssl=None, operations=None,
+        reassignments=None,
     )  # fmt: skip
     app = make_app(services)  # type: ignore[arg-type]
     out = {}

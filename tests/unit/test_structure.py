@@ -49,7 +49,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                   "operations", "reassignment")),
     ("http", ("http", "http.*")),
     ("process", ("node", "cli", "__main__", "health", "client_commands", "copier", "client_config",
-                 "security_commands")),
+                 "security_commands", "operations_commands")),
 ]  # fmt: skip
 
 
