@@ -46,7 +46,7 @@ from .controller import (
 )
 from .controller_view import ControllerView
 from .deadline import Deadline, call_at_leader, current_deadline, loop_now
-from .membership import topic_placement_nodes
+from .membership import describe_assignment, topic_placement_nodes
 from .peers import PeerView
 from .replicas import ReplicaManager
 from .seams import Clock, PeerClient
@@ -266,6 +266,7 @@ class ControllerService:
                     "high_watermark": st["high_watermark"],
                     "last_stable_offset": st["last_stable_offset"],
                     "log_start_offset": st["log_start_offset"],
+                    **describe_assignment(meta, self.view, a.partition),
                 }
             )
         return {
