@@ -112,6 +112,7 @@ class ErrorCode(enum.Enum):
     TOPIC_ALREADY_EXISTS = (36, 409, False)
     INVALID_PARTITIONS = (37, 400, False)
     INVALID_REPLICATION_FACTOR = (38, 400, False)
+    INVALID_REPLICA_ASSIGNMENT = (39, 400, False)
     INVALID_CONFIG = (40, 400, False)
     NOT_CONTROLLER = (41, 421, True)
     INVALID_REQUEST = (42, 400, False)

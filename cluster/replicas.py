@@ -2,8 +2,9 @@
 
 ``ReplicaManager.reconcile`` makes the set of local groups match the
 controller's placement: it starts a group for every partition assigned to this
-node and stops (and deletes) groups of deleted topics, including leftovers
-found on disk at start-up.
+node (also the partitions a topic gains), keeps each replica's ``topic`` (so
+its config) current, and stops (and deletes) groups of deleted topics,
+including leftovers found on disk at start-up.
 
 Thread-safety: everything here runs on the asyncio loop thread except
 ``NotifyingLog.apply``/snapshot methods, which run on the Raft ticker thread
@@ -153,7 +154,10 @@ class ReplicaManager:
             if gid not in wanted:
                 self._remove(gid, delete_data=True)
         for gid, (meta, partition, replicas) in wanted.items():
-            if gid not in self._by_group:
+            rep = self._by_group.get(gid)
+            if rep is not None:
+                rep.topic = meta  # its config as altered (retention reads it when it runs)
+            else:
                 try:
                     self._add(gid, meta, partition, replicas)
                 except Exception:
