@@ -130,6 +130,29 @@ def test_a_keyless_producer_spreads_over_new_partitions_after_a_metadata_refresh
         slow.close()
 
 
+def test_a_group_member_is_assigned_the_new_partitions_and_reads_them(cluster: LocalCluster) -> None:
+    cluster.create_topic("grp-grow", partitions=2, rf=3)
+    member = Consumer(cluster.urls, group_id="g-grow", auto_offset_reset="earliest", heartbeat_interval_ms=200,
+                      enable_auto_commit=False)  # fmt: skip
+    try:
+        member.subscribe(["grp-grow"])
+        wait_for(lambda: member.poll(50) is not None and len(member.assignment()) == 2, 30, "the first assignment")
+        Admin(cluster.url(1)).create_partitions("grp-grow", 4)
+        cluster.wait_leaders("grp-grow", 4)
+        with Producer(cluster.urls) as producer:
+            producer.send("grp-grow", value=b"on-3", partition=3).result(timeout=30)
+        got: list[tuple[int, bytes]] = []
+
+        def read_from_partition_3() -> bool:
+            got.extend((r.partition, r.value or b"") for r in member.poll(50))
+            return (3, b"on-3") in got
+
+        wait_for(read_from_partition_3, 30, "the group's rebalance onto the new partitions", interval=0)
+        assert member.assignment() == {("grp-grow", p) for p in range(4)}
+    finally:
+        member.close()
+
+
 def test_a_decrease_an_equal_count_and_bad_input_are_refused_with_nothing_changed(cluster: LocalCluster) -> None:
     cluster.create_topic("fixed", partitions=3, rf=3)
     refusals = [
