@@ -62,6 +62,30 @@ def describe_topic(name: str) -> AdminCall[dict[str, Any]]:
     return AdminCall("GET", _topic_path(name), None, _dict)
 
 
+def create_partitions(
+    name: str, count: int, assignments: Sequence[Sequence[int]] | None = None
+) -> AdminCall[dict[str, Any]]:
+    """Grow ``name`` to ``count`` partitions in total (only up); ``assignments``: each new partition's replicas."""
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise BrokerError(ErrorCode.INVALID_PARTITIONS, f"count must be an integer, not {count!r}")
+    body: dict[str, Any] = {"count": count}
+    if assignments is not None:
+        body["assignments"] = [list(reps) for reps in assignments]
+    return AdminCall("POST", _topic_path(name) + "/partitions", body, _dict)
+
+
+def alter_topic_config(name: str, changes: dict[str, Any]) -> AdminCall[dict[str, Any]]:
+    """Set config overrides of ``name`` (a value of None deletes the override); answers the topic's config."""
+    if not isinstance(changes, dict) or not changes:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "alter_topic_config needs at least one key")
+    return AdminCall("PATCH", _topic_path(name) + "/config", {str(k): v for k, v in changes.items()}, _dict)
+
+
+def describe_topic_config(name: str) -> AdminCall[dict[str, Any]]:
+    """``{"topic", "config": every key's value, "overrides": the keys set on the topic}``."""
+    return AdminCall("GET", _topic_path(name) + "/config", None, _dict)
+
+
 def describe_cluster() -> AdminCall[dict[str, Any]]:
     return AdminCall("GET", "/v1/cluster", None, _dict)
 

@@ -70,6 +70,23 @@ class Admin:
     def describe_topic(self, name: str) -> dict[str, Any]:
         return self._run(calls.describe_topic(name))
 
+    def create_partitions(
+        self, name: str, count: int, assignments: Sequence[Sequence[int]] | None = None
+    ) -> dict[str, Any]:
+        """Grow ``name`` to ``count`` partitions in total (only up: INVALID_PARTITIONS otherwise); returns its
+        description. ``assignments``: the replicas of each new partition (default: round-robin). Leaders of the
+        new partitions are elected right after: see ``wait_for_leaders``."""
+        return self._run(calls.create_partitions(name, count, assignments))
+
+    def alter_topic_config(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Set config overrides (``{"retention.ms": 3600000}``; a value of None deletes the override, back to the
+        default); validated like creation (INVALID_CONFIG). Returns ``describe_topic_config``'s answer."""
+        return self._run(calls.alter_topic_config(name, changes))
+
+    def describe_topic_config(self, name: str) -> dict[str, Any]:
+        """``{"topic", "config": every key's value (defaults included), "overrides": the keys set}``."""
+        return self._run(calls.describe_topic_config(name))
+
     def describe_cluster(self) -> dict[str, Any]:
         return self._run(calls.describe_cluster())
 

@@ -224,7 +224,9 @@ class Producer:
             while handoff:
                 topic, partition, kb, vb, hb, nbytes, ts, fut = handoff.popleft()
                 try:
-                    n = p.cached_partition_count(topic) or await p.wait_for_topic(topic)
+                    n = p.cached_partition_count(topic) or 0
+                    if not n or (partition is not None and partition >= n):  # a partition it may just have gained
+                        n = await p.wait_for_topic(topic, partition)
                     if p.append(topic, partition, kb, vb, hb, nbytes, ts, fut, n):
                         await asyncio.sleep(0)  # a batch filled up: let the sender ship it
                 except BrokerError as exc:

@@ -19,6 +19,7 @@ from clients.protocol import BrokerError
 from .client_config import add_cluster_options, apply_command_config, client_options, urllib_security
 from .config import ConfigError, NodeConfig, load_config, make_cluster_configs, write_configs
 from .prometheus_config import write_prometheus_files
+from .topic_commands import add_topic_admin_parsers
 
 DEFAULT_BOOTSTRAP = "http://127.0.0.1:9091"
 SECURE_HELP = "HTTPS with a generated CA, authentication and ACLs; writes D/admin.toml, the super user's client config"
@@ -378,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     bootstrap(p)
     p.set_defaults(fn=cmd_topic_delete)
+    add_topic_admin_parsers(topic, bootstrap)
 
     p = sub.add_parser("produce", help="produce stdin lines as records (idempotent Python producer)")
     p.add_argument("topic")

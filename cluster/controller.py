@@ -40,6 +40,7 @@ from storage.store import NodeStore
 from .controller_view import ControllerView
 from .membership import MEMBERSHIP_OPS, apply_membership
 from .security_state import SECURITY_OPS, SecurityChange, SecurityView, apply_security
+from .topic_admin import ADD_PARTITIONS, ALTER_TOPIC_CONFIG, apply_add_partitions, apply_alter_config
 from .topics import PartitionAssignment, TopicMetadata
 
 log = logging.getLogger(__name__)
@@ -232,6 +233,10 @@ class ControllerStateMachine:
             deleted = topics.pop(name)
             moves = {g: m for g, m in v.reassignments.items() if m.topic != name}
             return deleted, replace(v, topics=topics, reassignments=moves)
+        if op in (ADD_PARTITIONS, ALTER_TOPIC_CONFIG):  # cluster.topic_admin: grow a topic, change its config
+            transition = apply_add_partitions if op == ADD_PARTITIONS else apply_alter_config
+            result, grown = transition(v.topics, cmd)
+            return result, v if grown is v.topics else replace(v, topics=grown)
         if op == "allocate_producer_ids":
             block = ProducerIdBlock(v.next_producer_id, PRODUCER_ID_BLOCK_SIZE)
             return block, replace(v, next_producer_id=v.next_producer_id + PRODUCER_ID_BLOCK_SIZE)

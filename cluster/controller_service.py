@@ -4,8 +4,8 @@ Kafka splits this between the controller (commands that change metadata) and
 the ``MetadataCache`` (what every broker knows); here both are one small
 class around the replicated ``ControllerView``: topics and their placement,
 who leads each partition (this node's replicas, else what the peers report),
-and the nodes' URLs. Controller commands (create/delete topic, producer-id
-blocks) are proposed on this node's controller replica and answered
+and the nodes' URLs. Controller commands (create/delete topic, add partitions,
+alter a topic's config, producer-id blocks) are proposed on this node's controller replica and answered
 ``NOT_CONTROLLER`` with the leader's URL when another node leads it.
 
 Users and ACLs live in the same replicated state. A change (a user's
@@ -13,7 +13,8 @@ credential, ACLs) returns only after every live node applied it: the
 proposer asks each live peer ``POST /v1/internal/controller/applied``
 ``{"index": N}``, which answers once that node's controller replica applied
 the change's Raft index (``wait_applied``), so a changed password or ACL
-holds on every node when the call returns. ``security_view()`` gives the
+holds on every node when the call returns. Adding partitions and altering a
+topic's config wait the same way, so every node's metadata shows them then. ``security_view()`` gives the
 ``Authorizer`` and ``CredentialChecker`` of the current state, rebuilt on the
 loop when the state changes; readers never wait. The controller leader
 records the config's bootstrap users and ACLs once (``bootstrap_security``).
@@ -71,6 +72,13 @@ from .security_state import (
     delete_acls_command,
     delete_user_command,
     upsert_user_command,
+)
+from .topic_admin import (
+    add_partitions_command,
+    alter_topic_config_command,
+    config_changes,
+    new_partitions,
+    validate_partition_count,
 )
 from .topics import TopicMetadata, assign_replicas, group_id_for, validate_topic_config, validate_topic_name
 
@@ -401,6 +409,32 @@ class ControllerService:
         self.topic(name)
         meta: TopicMetadata = await self._submit(delete_topic_command(name))
         return meta
+
+    async def add_partitions(self, name: str, count: object, assignments: object = None) -> TopicMetadata:
+        """Grow ``name`` to ``count`` partitions (Kafka's CreatePartitions); returns once every live node knows them.
+
+        Only up (INVALID_PARTITIONS otherwise); ``assignments`` places the new partitions (else round-robin
+        continuing from the topic's last partition). Checked against the controller leader's view: a follower
+        answers NOT_CONTROLLER first, so a view that lags never refuses what the leader would take."""
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise BrokerError(ErrorCode.INVALID_PARTITIONS, "count must be an integer: the new partition count")
+        self._require_leader()
+        meta = self.topic(name)
+        count = validate_partition_count(count, len(meta.partitions), self.config.max_partitions_per_topic)
+        added = new_partitions(meta, count, topic_placement_nodes(self.view, self._nodes.node_ids()), assignments)
+        grown: TopicMetadata = await self._submit(add_partitions_command(meta, added))
+        await self._applied_everywhere(self.sm.last_applied)
+        return grown
+
+    async def alter_topic_config(self, name: str, changes: object) -> TopicMetadata:
+        """Set (and with ``None`` delete) overrides of ``name``'s config, validated like creation (Kafka's
+        IncrementalAlterConfigs); returns once every live node applies the new values."""
+        sets, deletes = config_changes(changes)
+        self._require_leader()
+        meta = self.topic(name)
+        altered: TopicMetadata = await self._submit(alter_topic_config_command(meta, sets, deletes))
+        await self._applied_everywhere(self.sm.last_applied)
+        return altered
 
     async def allocate_producer_ids_local(self, node_id: int) -> ProducerIdBlock:
         """A producer-id block for ``node_id`` from this node's controller replica (NOT_CONTROLLER elsewhere)."""

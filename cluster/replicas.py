@@ -2,8 +2,9 @@
 
 ``ReplicaManager.reconcile`` makes the set of local groups match the
 controller's placement: it starts a group for every partition assigned to this
-node and stops (and deletes) groups of deleted topics, including leftovers
-found on disk at start-up.
+node (also the partitions a topic gains), keeps each replica's ``topic`` (so
+its config) current, and stops (and deletes) groups of deleted topics,
+including leftovers found on disk at start-up.
 
 Thread-safety: everything here runs on the asyncio loop thread except
 ``NotifyingLog.apply``/snapshot methods, which run on the Raft ticker thread

@@ -101,7 +101,7 @@ class MetadataCache:
 
     async def partition_count(self, topic: str) -> int:
         """The topic's partition count; raises ``UNKNOWN_TOPIC_OR_PARTITION`` if it does not exist."""
-        if topic not in self._topics or self._stale():
+        if topic not in self._topics or self.stale():
             await self.refresh()
         parts = self._topics.get(topic)
         if not parts:
@@ -110,7 +110,7 @@ class MetadataCache:
 
     async def partition(self, topic: str, partition: int) -> PartitionInfo:
         info = self.cached(topic, partition)
-        if info is None or info.leader_url is None or self._stale():
+        if info is None or info.leader_url is None or self.stale():
             await self.refresh()
             info = self.cached(topic, partition)
         if info is None:
@@ -140,7 +140,9 @@ class MetadataCache:
         if leader_url is None:
             self._fetched_at = 0.0  # the next lookup refreshes
 
-    def _stale(self) -> bool:
+    def stale(self) -> bool:
+        """The last full refresh is older than ``metadata_max_age_ms``: the next lookup (or the producer's
+        sender) refreshes, so a topic's new partitions and moved leaders show up without an error."""
         return time.monotonic() - self._fetched_at > self._max_age
 
     async def refresh(self, topics: Iterable[str] | None = None) -> None:

@@ -186,7 +186,7 @@ class Sender:
                 continue
             for url, batches in acc.drain(now, self._leader_of):
                 self.spawn(self._send_request(url, batches))
-            if acc.no_leader:
+            if acc.no_leader or self._metadata.stale():  # metadata_max_age_ms: new partitions show up
                 self._refresh_metadata()
             if acc.closing and not acc.has_pending():
                 return

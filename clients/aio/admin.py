@@ -56,6 +56,19 @@ class AsyncAdmin:
     async def describe_topic(self, name: str) -> dict[str, Any]:
         return await self._run(calls.describe_topic(name))
 
+    async def create_partitions(
+        self, name: str, count: int, assignments: Sequence[Sequence[int]] | None = None
+    ) -> dict[str, Any]:
+        """Grow ``name`` to ``count`` partitions in total (only up); see ``clients.Admin.create_partitions``."""
+        return await self._run(calls.create_partitions(name, count, assignments))
+
+    async def alter_topic_config(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Set config overrides (None deletes one); see ``clients.Admin.alter_topic_config``."""
+        return await self._run(calls.alter_topic_config(name, changes))
+
+    async def describe_topic_config(self, name: str) -> dict[str, Any]:
+        return await self._run(calls.describe_topic_config(name))
+
     async def describe_cluster(self) -> dict[str, Any]:
         return await self._run(calls.describe_cluster())
 

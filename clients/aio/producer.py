@@ -310,8 +310,8 @@ class AsyncProducer:
         if self._loop is None:
             self.ensure_started()
         n = self._metadata.cached_partition_count(topic)
-        if not n:
-            n = await self._wait_for_topic(topic)
+        if not n or (partition is not None and partition >= n):
+            n = await self._wait_for_topic(topic, partition)
         if self._reports.lacks_room(nbytes):
             await self._reports.wait_for_room(nbytes, self.check_open)
         assert self._loop is not None
@@ -340,7 +340,9 @@ class AsyncProducer:
         """
         self.check_open()
         self.ensure_started()
-        n = self._metadata.cached_partition_count(topic) or await self._wait_for_topic(topic)
+        n = self._metadata.cached_partition_count(topic) or 0
+        if partition >= n:
+            n = await self._wait_for_topic(topic, partition)
         if not 0 <= partition < n:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has {n} partitions, not {partition}")
         nbytes = batch.size() - BATCH_OVERHEAD
@@ -746,13 +748,14 @@ class AsyncProducer:
         up = [p for p in range(n) if (info := self._metadata.cached(topic, p)) is not None and info.leader_url]
         return up or list(range(n))
 
-    async def wait_for_topic(self, topic: str) -> int:
+    async def wait_for_topic(self, topic: str, partition: int | None = None) -> int:
         self.ensure_started()
         n = self._metadata.cached_partition_count(topic)
-        return n if n else await self._wait_for_topic(topic)
+        return n if n and (partition is None or partition < n) else await self._wait_for_topic(topic, partition)
 
-    async def _wait_for_topic(self, topic: str) -> int:
-        """Partition count of ``topic``, refreshing metadata until it exists or ``max_block_ms`` passes.
+    async def _wait_for_topic(self, topic: str, partition: int | None = None) -> int:
+        """Partition count of ``topic``, refreshing metadata until it exists (and has ``partition``, which a
+        topic may just have gained) or ``max_block_ms`` passes.
 
         The metadata request names the topic (as Kafka's producer does): a secured cluster leaves the
         topics the caller may not DESCRIBE out of a full listing, and answers a named one with
@@ -768,12 +771,13 @@ class AsyncProducer:
                     raise
                 last = exc
             n = self._metadata.cached_partition_count(topic)
-            if n:
+            if n and (partition is None or partition < n):
                 return n
             if time.monotonic() + self._retry_backoff_s > deadline:
+                what = f"topic {topic!r}" if not n or partition is None else f"partition {topic}-{partition}"
                 raise BrokerError(
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"topic {topic!r} not in metadata after max_block_ms" + (f": {last.message}" if last else ""),
+                    f"{what} not in metadata after max_block_ms" + (f": {last.message}" if last else ""),
                 )
             await asyncio.sleep(self._retry_backoff_s)
 

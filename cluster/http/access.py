@@ -136,6 +136,9 @@ class RouteTable:
     def put(self, path: str, handler: Handler, access: Access) -> None:
         self.add("PUT", path, handler, access)
 
+    def patch(self, path: str, handler: Handler, access: Access) -> None:
+        self.add("PATCH", path, handler, access)
+
     def delete(self, path: str, handler: Handler, access: Access) -> None:
         self.add("DELETE", path, handler, access)
 

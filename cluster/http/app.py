@@ -7,8 +7,9 @@ wrong methods answer with a JSON ``error_code`` too.
 
 Each area has its own module of thin adapters (parse, call one domain
 function, map the result): ``records`` (produce, fetch, producer ids),
-``topics`` (topics, cluster metadata), ``transactions``, ``groups``,
-``admin`` (health, metrics, OpenAPI, node-to-node state).
+``topics`` (topics, cluster metadata), ``topic_admin`` (add partitions, topic
+configs), ``transactions``, ``groups``, ``admin`` (health, metrics, OpenAPI,
+node-to-node state).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .operations import OperationRoutes
 from .records import RecordRoutes
 from .security import SecurityRoutes
 from .services import Readiness, Services
+from .topic_admin import TopicAdminRoutes
 from .topics import TopicRoutes
 from .transactions import TxnRoutes
 
@@ -158,6 +160,7 @@ def make_app(services: Services) -> web.Application:
     txn_routes = TxnRoutes(services, forwarder)
     AdminRoutes(services).register(app)
     TopicRoutes(services, forwarder).register(app)
+    TopicAdminRoutes(services, forwarder).register(app)
     RecordRoutes(services, forwarder, txn_routes).register(app)
     txn_routes.register(app)
     GroupRoutes(services, forwarder).register(app)

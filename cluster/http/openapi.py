@@ -9,6 +9,7 @@ from clients.protocol import ErrorCode
 from ..metrics import VERSION
 from .openapi_operations import operation_paths
 from .openapi_security import SECURITY_SCHEMES, security_paths
+from .openapi_topic_admin import topic_admin_paths
 from .openapi_txn import transaction_and_group_paths
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
@@ -83,6 +84,7 @@ def openapi_document() -> dict[str, Any]:
     doc["paths"].update(transaction_and_group_paths())
     doc["paths"].update(security_paths())
     doc["paths"].update(operation_paths())
+    doc["paths"].update(topic_admin_paths(_TOPIC))
     doc.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
     doc["security"] = [{"basic": []}, {"bearer": []}, {"mtls": []}]
     for path in ("/livez", "/readyz", "/v1/openapi.json"):  # open on every node

@@ -63,7 +63,7 @@ class TopicRoutes:
             g.require(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
         cfg = self.s.config
         partitions = body.get("partitions", cfg.default_partitions)
-        rf = body.get("replication_factor", min(cfg.default_replication_factor, len(cfg.nodes)))
+        rf = body.get("replication_factor", min(cfg.default_replication_factor, len(self.s.nodes.node_ids())))
         try:
             meta = await self.controller.create_topic(body.get("name"), partitions, rf, body.get("config"))
         except BrokerError as exc:

@@ -140,6 +140,12 @@ ROWS: list[Row] = [
         "TOPIC_AUTHORIZATION_FAILED", alternatives=lambda c: [[(W, T, c["topic"])], [(R, T, c["topic"])]]),
     Row("DELETE", "/v1/topics/{topic}", lambda c: f"/v1/topics/{c['doomed']}", lambda c: [("DELETE", T, c["doomed"])],
         "TOPIC_AUTHORIZATION_FAILED", setup=_create_fresh_topic),
+    Row("POST", "/v1/topics/{topic}/partitions", lambda c: f"/v1/topics/{c['topic']}/partitions",
+        lambda c: [("ALTER", T, c["topic"])], "TOPIC_AUTHORIZATION_FAILED", body=lambda c: {"count": 1}),
+    Row("GET", "/v1/topics/{topic}/config", lambda c: f"/v1/topics/{c['topic']}/config", lambda c: [(D, T, c["topic"])],
+        "TOPIC_AUTHORIZATION_FAILED", alternatives=lambda c: [[("ALTER", T, c["topic"])], [(R, T, c["topic"])]]),
+    Row("PATCH", "/v1/topics/{topic}/config", lambda c: f"/v1/topics/{c['topic']}/config",
+        lambda c: [("ALTER", T, c["topic"])], "TOPIC_AUTHORIZATION_FAILED", body=lambda c: {"retention.bytes": None}),
     Row("POST", "/v1/topics/{topic}/records", lambda c: f"/v1/topics/{c['topic']}/records",
         lambda c: [(W, T, c["topic"])], "TOPIC_AUTHORIZATION_FAILED",
         body=lambda c: {"records": [{"value": base64.b64encode(b"v").decode()}], "timeout_ms": 5000}),
@@ -422,6 +428,11 @@ def test_denied_requests_change_nothing(secure: Secure) -> None:
         assert s.admin("GET", f"/v1/topics/{name}")[0] == 404
         status, body = http("DELETE", s.cluster.url(via) + f"/v1/topics/{TOPIC}", headers=ALICE)
         assert (status, body["error_code"]) == (403, "TOPIC_AUTHORIZATION_FAILED")
+        for method, path, change in (("POST", "partitions", {"count": 3}), ("PATCH", "config", {"retention.ms": 1})):
+            status, body = http(method, s.cluster.url(via) + f"/v1/topics/{TOPIC}/{path}", change, headers=ALICE)
+            assert (status, body["error_code"]) == (403, "TOPIC_AUTHORIZATION_FAILED")
+    status, topic = s.admin("GET", f"/v1/topics/{TOPIC}")
+    assert len(topic["partitions"]) == 1 and "retention.ms" not in topic["config"]
     status, after = s.admin("GET", f"/v1/topics/{TOPIC}/partitions/0/records?offset=0")
     assert after["high_watermark"] == before["high_watermark"]
     assert s.admin("GET", f"/v1/topics/{TOPIC}")[0] == 200

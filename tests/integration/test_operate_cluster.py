@@ -201,7 +201,9 @@ def test_bad_node_requests_are_refused(oc: OperatedCluster) -> None:
     assert (got, res["error_code"]) == (409, "NO_REASSIGNMENT_IN_PROGRESS")
     got, res = http("POST", oc.c.url(1) + "/v1/nodes", {"host": "127.0.0.1", "http_port": 1, "raft_port": 1})
     assert (got, res["error_code"]) == (400, "INVALID_REQUEST")
-    got, res = http("POST", oc.c.url(1) + "/v1/nodes", {"node_id": 2, "host": "10.9.9.9", "http_port": 5, "raft_port": 6})
+    got, res = http(
+        "POST", oc.c.url(1) + "/v1/nodes", {"node_id": 2, "host": "10.9.9.9", "http_port": 5, "raft_port": 6}
+    )
     assert (got, res["error_code"]) == (409, "DUPLICATE_BROKER_REGISTRATION")
     assert [n["id"] for n in oc.get("/v1/nodes")["nodes"]] == [1, 2, 3, 4]
 

@@ -44,12 +44,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("infrastructure", ("background", "config", "topics", "controller", "controller_view", "membership",
                         "cluster_nodes", "replicas", "internal_groups", "peers",
                         "metrics", "sequencer", "producer_ids", "seams", "prometheus_config", "deadline",
-                        "readiness", "security", "security.*", "security_state")),
+                        "readiness", "security", "security.*", "security_state", "topic_admin")),
     ("services", ("controller_service", "partitions", "routed_produce", "group_service", "txn", "txn.*",
                   "operations", "reassignment")),
     ("http", ("http", "http.*")),
     ("process", ("node", "cli", "__main__", "health", "client_commands", "copier", "client_config",
-                 "security_commands", "operations_commands")),
+                 "security_commands", "operations_commands", "topic_commands")),
 ]  # fmt: skip
 
 
