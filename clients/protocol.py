@@ -127,6 +127,8 @@ class ErrorCode(enum.Enum):
     KAFKA_STORAGE_ERROR = (56, 503, True)
     SASL_AUTHENTICATION_FAILED = (58, 401, False)
     UNKNOWN_PRODUCER_ID = (59, 409, False)
+    NON_EMPTY_GROUP = (68, 409, False)
+    GROUP_ID_NOT_FOUND = (69, 404, False)
     UNSTABLE_OFFSET_COMMIT = (88, 503, True)
     THROTTLING_QUOTA_EXCEEDED = (89, 429, True)
     PRODUCER_FENCED = (90, 409, False)

@@ -62,7 +62,7 @@ def test_a_join_waiting_for_its_rebalance_fails_over_at_once(tmp_path: Path) -> 
         raft = FakeRaft()
         raft.self_address = cfg.self_address.raft_address
         svc = GroupService(
-            cfg, None, raft, None, clock=Clock(), nodes=None, peers=None, topics=None, txn=None,  # type: ignore[arg-type]
+            cfg, None, raft, None, clock=Clock(), nodes=None, peers=None, topics=None, txn=None, offsets=None,  # type: ignore[arg-type]
             metrics=NodeMetrics(),
         )  # fmt: skip
         group = FakeGroup(cfg.self_address.raft_address)
