@@ -472,6 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .security_commands import register as register_security_commands
 
     register_security_commands(sub, DEFAULT_BOOTSTRAP)  # acl, user, whoami
+    from .group_cli import register as register_group_commands
+
+    register_group_commands(sub, DEFAULT_BOOTSTRAP)  # group list|describe|delete|reset-offsets
     return ap
 
 

@@ -48,7 +48,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                   "txn.*")),
     ("http", ("http", "http.*")),
     ("process", ("node", "cli", "__main__", "health", "client_commands", "copier", "client_config",
-                 "security_commands")),
+                 "security_commands", "group_cli")),
 ]  # fmt: skip
 
 
