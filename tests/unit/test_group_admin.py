@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+import datetime
 import io
 import itertools
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +15,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from clients.protocol import BrokerError, ErrorCode
+from cluster.config import ConfigError, make_cluster_configs, parse_config, render_config
+from cluster.group_cli import parse_datetime_ms, parse_partitions, table
 from cluster.metrics import GroupCoordinatorSample, GroupSample, NodeMetrics
 from coordinator.group_admin import (
     NO_OFFSET,
@@ -285,3 +291,50 @@ def test_the_lag_gauges_are_exported_per_partition_and_per_group() -> None:
     assert v[("txbroker_consumer_group_lag", (("group", "g"), ("partition", "0"), ("topic", "t")))] == 4
     assert ("txbroker_consumer_group_lag", (("group", "g"), ("partition", "1"), ("topic", "t"))) not in v
     assert v[("txbroker_consumer_group_total_lag", (("group", "g"),))] == 4
+
+
+# ---- the CLI's pure parts -------------------------------------------------------------------------------
+
+
+def test_cli_tables_align_columns_and_show_missing_values_as_dashes() -> None:
+    text = table(("GROUP", "LAG"), [("a-long-group", 5), ("g", None)])
+    assert text.splitlines() == ["GROUP         LAG", "a-long-group  5", "g             -"]
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("2024-05-01T12:00:00Z", 1_714_564_800_000),
+        ("2024-05-01T12:00:00+02:00", 1_714_557_600_000),
+        ("2024-05-01T12:00:00.250Z", 1_714_564_800_250),
+    ],
+)
+def test_datetimes_are_iso_8601(text: str, ms: int) -> None:
+    assert parse_datetime_ms(text) == ms
+
+
+def test_a_datetime_without_a_zone_is_local_time() -> None:
+    local = datetime.datetime(2024, 5, 1, 12, 0, 0).astimezone()
+    assert parse_datetime_ms("2024-05-01T12:00:00") == int(local.timestamp() * 1000)
+
+
+@pytest.mark.parametrize("text", ["yesterday", "2024-13-01T00:00:00", "1960-01-01T00:00:00Z"])
+def test_bad_datetimes_are_usage_errors(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_datetime_ms(text)
+
+
+def test_partition_lists() -> None:
+    assert parse_partitions("0,1, 5") == [0, 1, 5]
+    for bad in ("", "a", "-1", "1,,x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_partitions(bad)
+
+
+def test_metrics_max_lag_series_must_not_be_negative(tmp_path: Path) -> None:
+    [cfg] = make_cluster_configs(1, tmp_path)
+    raw = tomllib.loads(render_config(cfg))
+    assert parse_config(raw, base_dir=tmp_path).metrics_max_lag_series == 1000
+    raw["metrics_max_lag_series"] = -1
+    with pytest.raises(ConfigError, match="metrics_max_lag_series"):
+        parse_config(raw, base_dir=tmp_path)
