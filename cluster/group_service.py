@@ -79,6 +79,7 @@ DEAD = "Dead"
 _MAX_TIMER_WAIT_S = 1.0  # subscribed-topic changes are noticed within this
 _PRODUCER_SCAN_S = 60.0
 _JOIN_GRACE_S = 5.0
+_MAX_LOOKUPS = 16  # partition leaders asked at once by an offset reset
 
 
 def offsets_storage_prefix(partition: int) -> bytes:
@@ -585,7 +586,13 @@ class GroupService:
             if not 0 <= p < count:
                 raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {p}")
         ts = to.value if to.kind == "timestamp" else None
-        found = await asyncio.gather(*(self.offsets.log_offsets(topic, p, ts) for p in chosen))
+        bound = asyncio.Semaphore(_MAX_LOOKUPS)
+
+        async def lookup(p: int) -> LogOffsets:
+            async with bound:
+                return await self.offsets.log_offsets(topic, p, ts)
+
+        found = await asyncio.gather(*(lookup(p) for p in chosen))
         logs: dict[int, LogOffsets] = dict(zip(chosen, found, strict=True))
         part = self.leading(group_id)  # still the coordinator after the lookups
         rows = reset_rows(topic, chosen, to, logs, part.sm.committed_offsets(group_id))

@@ -7,6 +7,7 @@ exercised too. One cluster serves the whole module; each test uses its own group
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import subprocess
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from clients.admin import Admin
+from clients.aio.admin import AsyncAdmin
 from tests.support.cluster import LocalCluster, http, samples, wait_for
 
 pytestmark = pytest.mark.integration
@@ -260,3 +263,28 @@ def test_the_cli_lists_describes_resets_and_deletes(cluster: LocalCluster) -> No
     assert res.returncode == 1 and "does not exist" in res.stderr, res
     res = txbroker("group", "delete", "cli-group", "--bootstrap", url)
     assert res.returncode == 1 and "GROUP_ID_NOT_FOUND" in res.stderr, res
+
+
+def test_the_python_admin_clients(cluster: LocalCluster) -> None:
+    commit(cluster, "py-admin", {0: 0})
+    admin = Admin(cluster.urls)
+    assert "py-admin" in {g["group_id"] for g in admin.list_consumer_groups()}
+    [known, unknown] = admin.describe_consumer_groups(["py-admin", "py-unknown"])
+    assert known["state"] == "Empty" and rows(known)[0][0] == 0 and unknown["state"] == "Dead"
+    plan = admin.reset_consumer_group_offsets("py-admin", TOPIC, "latest", partitions=[0])
+    assert plan["dry_run"] is True and committed(cluster, "py-admin") == {0: 0}
+
+    async def run() -> tuple[list[dict[str, Any]], dict[str, Any], list[tuple[str, Any]]]:
+        async with AsyncAdmin(cluster.urls) as aio:
+            described = await aio.describe_consumer_groups(["py-admin"])
+            reset_res = await aio.reset_consumer_group_offsets("py-admin", TOPIC, {"offset": 0}, execute=True)
+            deleted = await aio.delete_consumer_groups(["py-admin", "py-unknown"])
+            return described, reset_res, deleted
+
+    described, reset_res, deleted = asyncio.run(run())
+    assert described[0]["group_id"] == "py-admin" and reset_res["dry_run"] is False
+    assert [(g, e.error_code.name if e else None) for g, e in deleted] == [
+        ("py-admin", None),
+        ("py-unknown", "GROUP_ID_NOT_FOUND"),
+    ]
+    assert admin.describe_consumer_groups(["py-admin"])[0]["state"] == "Dead"
