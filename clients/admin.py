@@ -1,8 +1,10 @@
-"""Admin client: topics and cluster metadata (kafka-python's ``KafkaAdminClient``, over HTTP).
+"""Admin client: topics, cluster metadata, transactions, consumer groups, security
+(kafka-python's ``KafkaAdminClient``, over HTTP).
 
 Blocking and thread-free (stdlib HTTP, one connection per call), so it is
 cheap to create for a single command. ``clients.aio.AsyncAdmin`` is the
-asyncio twin; both send the requests defined in ``clients._admin_calls``.
+asyncio twin; both send the requests defined in ``clients._admin_calls``
+(consumer groups: ``clients._group_calls``).
 Every failure raises ``BrokerError`` carrying the broker's ``ErrorCode``
 (``TOPIC_ALREADY_EXISTS``, ``UNKNOWN_TOPIC_OR_PARTITION``,
 ``INVALID_REPLICATION_FACTOR``, ...).
@@ -16,6 +18,7 @@ from typing import Any, TypeVar, Unpack
 
 from . import _admin_calls as calls
 from . import _cluster_calls as cluster_calls
+from . import _group_calls as group_calls
 from ._http import request_json
 from .aio._metadata import parse_bootstrap
 from .protocol import BrokerError
@@ -135,6 +138,43 @@ class Admin:
 
     def describe_producers(self, topic: str, partition: int) -> list[dict[str, Any]]:
         return self._run(calls.describe_producers(topic, partition))
+
+    # ---- consumer groups (kafka-consumer-groups.sh; API.md "Operating a cluster") ------------------
+
+    def list_consumer_groups(self) -> list[dict[str, Any]]:
+        """Every group of the cluster: ``[{"group_id", "state", "members", ...}]`` (``members``: a count)."""
+        return self._run(group_calls.list_consumer_groups())
+
+    def describe_consumer_groups(self, group_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """Each group's state, protocol, members with assignments and offsets (committed, log end, lag), in
+        order; a group that does not exist is described as ``"state": "Dead"`` with no members (Kafka's answer)."""
+        return [self._run(group_calls.describe_consumer_group(g)) for g in group_calls.group_ids(group_ids)]
+
+    def delete_consumer_groups(self, group_ids: Sequence[str]) -> list[tuple[str, BrokerError | None]]:
+        """Delete each empty group with its committed offsets: ``[(group_id, None or the error)]``, in order
+        (``NON_EMPTY_GROUP``, ``GROUP_ID_NOT_FOUND``, ...), like kafka-python's ``delete_consumer_groups``."""
+        out: list[tuple[str, BrokerError | None]] = []
+        for g in group_calls.group_ids(group_ids):
+            try:
+                self._run(group_calls.delete_consumer_group(g))
+                out.append((g, None))
+            except BrokerError as exc:
+                out.append((g, exc))
+        return out
+
+    def reset_consumer_group_offsets(
+        self,
+        group_id: str,
+        topic: str,
+        to: str | dict[str, int],
+        partitions: Sequence[int] | None = None,
+        execute: bool = False,
+    ) -> dict[str, Any]:
+        """The new offsets of ``topic`` (every partition, or ``partitions``) for a group without members:
+        ``to`` is ``"earliest"``, ``"latest"``, ``{"offset": N}`` or ``{"timestamp": ms}``. A dry run unless
+        ``execute`` (then written as one commit). ``{"group_id", "dry_run", "offsets": [{"topic", "partition",
+        "current_offset", "new_offset"}]}``; ``NON_EMPTY_GROUP`` while the group has members."""
+        return self._run(group_calls.reset_consumer_group_offsets(group_id, topic, to, partitions, execute))
 
     # ---- security (API.md "Security") ------------------------------------------------------------
 

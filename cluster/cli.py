@@ -477,6 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .operations_commands import register as register_operations
 
     register_operations(sub, cluster, DEFAULT_BOOTSTRAP)  # cluster add-node|decommission|nodes, partitions
+    from .group_cli import register as register_group_commands
+
+    register_group_commands(sub, DEFAULT_BOOTSTRAP)  # group list|describe|delete|reset-offsets
     return ap
 
 

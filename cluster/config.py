@@ -253,6 +253,9 @@ class NodeConfig:
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 300_000
     group_initial_rebalance_delay_ms: int = 0  # Kafka: 3000; 0 answers a lone first member at once
+    # per-partition consumer-lag series (group, topic, partition) a coordinator exports at most; beyond it
+    # only the per-group sums (docs/metrics.md "Consumer lag")
+    metrics_max_lag_series: int = 1000
     # logging
     log_format: str = "text"
     log_level: str = "INFO"
@@ -394,6 +397,8 @@ def parse_config(raw: dict[str, Any], base_dir: Path | None = None) -> NodeConfi
         raise ConfigError("offsets_topic_partitions must be between 1 and 1024 (and never change later)")
     if not 1 <= cfg.group_min_session_timeout_ms <= cfg.group_max_session_timeout_ms:
         raise ConfigError("need 1 <= group_min_session_timeout_ms <= group_max_session_timeout_ms")
+    if cfg.metrics_max_lag_series < 0:
+        raise ConfigError("metrics_max_lag_series must not be negative")
     if cfg.log_format not in ("text", "json"):
         raise ConfigError("log_format must be 'text' or 'json'")
     if not 0 <= cfg.txn_reservation_ms <= 600_000:

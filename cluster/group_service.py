@@ -38,9 +38,11 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from clients.protocol import BrokerError, ControlType, ErrorCode
+from coordinator.group_admin import LogOffsets, ResetTo, offset_rows, reset_rows
 from coordinator.group_commands import (
     DEFAULT_PRODUCER_EXPIRATION_MS,
     CommitOffsets,
+    DeleteGroup,
     ExpireProducers,
     GroupsCommand,
     OffsetCommit,
@@ -51,7 +53,7 @@ from coordinator.group_commands import (
 )
 from coordinator.group_membership import GroupMembership, JoinAnswer, RebalancePlan
 from coordinator.group_metadata import NO_GENERATION, OFFSETS_TOPIC, CommittedOffset
-from coordinator.group_rules import GroupStored, OffsetsCommitted
+from coordinator.group_rules import GroupDeleted, GroupStored, OffsetsCommitted
 from coordinator.group_state_machine import GroupStateMachine
 from coordinator.group_states import GroupState
 from coordinator.metadata import TopicPartition
@@ -64,6 +66,7 @@ from .config import NodeConfig
 from .controller_view import ControllerView
 from .internal_groups import InternalGroups, InternalPartition
 from .metrics import CoordinatorKind, GroupCoordinatorSample, GroupSample, NodeMetrics
+from .offset_lookup import OffsetLookup
 from .peers import PeerView
 from .seams import Clock, NodeDirectory, PeerClient, TopicDirectory, TransactionPartitions
 
@@ -77,6 +80,7 @@ DEAD = "Dead"
 _MAX_TIMER_WAIT_S = 1.0  # subscribed-topic changes are noticed within this
 _PRODUCER_SCAN_S = 60.0
 _JOIN_GRACE_S = 5.0
+_MAX_LOOKUPS = 16  # partition leaders asked at once by an offset reset
 
 
 def offsets_storage_prefix(partition: int) -> bytes:
@@ -115,8 +119,10 @@ class GroupService:
         topics: TopicDirectory,
         txn: TransactionPartitions,
         metrics: NodeMetrics,
+        offsets: OffsetLookup,
     ) -> None:
         self.config = config
+        self.offsets = offsets
         self._store = store
         self._clock = clock
         self._nodes = nodes
@@ -533,6 +539,83 @@ class GroupService:
                     with contextlib.suppress(BrokerError):
                         await self._submit(part, lambda n, c: ExpireProducers(now_ms=n, coordinator_epoch=c))
 
+    # ---- administration: DeleteGroups and offset resets (kafka-consumer-groups.sh) ----------------
+
+    def _require_inactive(self, part: GroupPartition, group_id: str, why: str) -> None:
+        """``NON_EMPTY_GROUP`` while the group has members or a rebalance is under way (live or stored)."""
+        m = self._live.get(part.partition, {}).get(group_id)
+        meta = part.sm.group(group_id)
+        members = len(m.members) if m is not None else len(meta.members) if meta is not None else 0
+        busy = m is not None and (m.state is not GroupState.EMPTY or m.completing is not None)
+        if members or busy or group_id in self._completions:
+            state = m.state if m is not None else GroupState.STABLE
+            raise BrokerError(
+                ErrorCode.NON_EMPTY_GROUP,
+                f"{why} if the group {group_id!r} is inactive, but the current state is {state} "
+                f"with {members} member(s)",
+            )
+
+    async def delete_group(self, group_id: str) -> dict[str, Any]:
+        """DeleteGroups: an empty group's metadata and committed offsets go (``group_rules.delete_group``)."""
+        part = self.leading(group_id)
+        self._require_inactive(part, group_id, "A group can only be deleted")
+        result = await self._submit(
+            part, lambda now, cepoch: DeleteGroup(group_id=group_id, now_ms=now, coordinator_epoch=cepoch)
+        )
+        assert isinstance(result, GroupDeleted), result
+        live = self._live.get(part.partition, {})
+        m = live.get(group_id)
+        if m is not None and not m.members and m.state is GroupState.EMPTY and m.completing is None:
+            del live[group_id]
+        log.info("group %s deleted with %d committed offset(s)", group_id, result.offsets)
+        return {"group_id": group_id, "deleted": True, "offsets_deleted": result.offsets}
+
+    async def reset_offsets(
+        self, group_id: str, topic: str, partitions: Collection[int] | None, to: ResetTo, *, execute: bool
+    ) -> dict[str, Any]:
+        """The new offset of each partition of ``topic`` (all, or ``partitions``); with ``execute`` one commit.
+
+        Refused with ``NON_EMPTY_GROUP`` (nothing written) while the group has
+        members. The partitions' offsets come from their leaders; a group that
+        does not exist yet gets the offsets (as with Kafka's tool).
+        """
+        why = "Assignments can only be reset"
+        part = self.leading(group_id)
+        self._require_inactive(part, group_id, why)
+        count = len(self._topics.topic(topic).partitions)
+        chosen = sorted(set(partitions)) if partitions is not None else list(range(count))
+        for p in chosen:
+            if not 0 <= p < count:
+                raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} has no partition {p}")
+        ts = to.value if to.kind == "timestamp" else None
+        bound = asyncio.Semaphore(_MAX_LOOKUPS)
+
+        async def lookup(p: int) -> LogOffsets:
+            async with bound:
+                return await self.offsets.log_offsets(topic, p, ts)
+
+        found = await asyncio.gather(*(lookup(p) for p in chosen))
+        logs: dict[int, LogOffsets] = dict(zip(chosen, found, strict=True))
+        part = self.leading(group_id)  # still the coordinator after the lookups
+        rows = reset_rows(topic, chosen, to, logs, part.sm.committed_offsets(group_id))
+        if execute:
+            self._require_inactive(part, group_id, why)  # a member may have joined during the lookups
+            offsets = tuple(OffsetCommit(r["topic"], r["partition"], r["new_offset"]) for r in rows)
+            try:
+                await self._submit(
+                    part,
+                    lambda now, cepoch: CommitOffsets(
+                        group_id=group_id, offsets=offsets, now_ms=now, coordinator_epoch=cepoch
+                    ),
+                )
+            except BrokerError as exc:
+                if exc.error_code is ErrorCode.UNKNOWN_MEMBER_ID:  # the stored group gained members meanwhile
+                    msg = f"{why} if the group {group_id!r} is inactive"
+                    raise BrokerError(ErrorCode.NON_EMPTY_GROUP, msg) from exc
+                raise
+            log.info("group %s: offsets of %s reset to %s on %d partition(s)", group_id, topic, to.to_json(), len(rows))
+        return {"group_id": group_id, "topic": topic, "dry_run": not execute, "to": to.to_json(), "offsets": rows}
+
     # ---- reads --------------------------------------------------------------------------------------
 
     def _high_watermark(self, topic: str, partition: int) -> int | None:
@@ -561,15 +644,17 @@ class GroupService:
         return d
 
     def describe(self, group_id: str) -> dict[str, Any]:
-        """DescribeGroups plus offsets: state, generation, members with assignments, committed offsets and lag."""
+        """DescribeGroups plus offsets: state, generation, members with assignments, and per partition
+        (committed or assigned) the committed offset, the log end offset and the lag (``group_admin``).
+
+        A group the coordinator does not know is ``Dead`` with no members, as Kafka's DescribeGroups answers.
+        """
         part = self.leading(group_id)
         d = self._summary(part, group_id)
-        offsets = []
-        for c in sorted(part.sm.committed_offsets(group_id).values(), key=lambda c: (c.topic, c.partition)):
-            hw = self._high_watermark(c.topic, c.partition)
-            offsets.append({**_offset_json(c), "commit_timestamp_ms": c.commit_timestamp_ms, "high_watermark": hw,
-                            "lag": max(0, hw - c.offset) if hw is not None else None})  # fmt: skip
-        d["offsets"] = offsets
+        assigned = {
+            TopicPartition(a["topic"], a["partition"]): m["member_id"] for m in d["members"] for a in m["assignment"]
+        }
+        d["offsets"] = offset_rows(part.sm.committed_offsets(group_id), assigned, self._high_watermark)
         d["pending_offsets"] = part.sm.describe_pending(group_id)
         return d
 
@@ -588,15 +673,24 @@ class GroupService:
         return out
 
     def sample(self) -> GroupCoordinatorSample:
-        """Members, committed offsets and lag of the groups this node coordinates (scrape time)."""
-        led = [p for p in self.groups.local.values() if p.group.is_leader()]
-        samples = []
+        """Members, committed offsets and lag of the groups this node coordinates (scrape time).
+
+        Per-partition series (committed offset, lag) stop at ``metrics_max_lag_series`` for the whole
+        node, in (group, topic, partition) order; the per-group and per-topic sums always cover everything.
+        """
+        led = sorted((p for p in self.groups.local.values() if p.group.is_leader()), key=lambda p: p.partition)
+        named = []
         for part in led:
             live = self._live.get(part.partition, {})
             for group_id in part.sm.group_ids():
-                m = live.get(group_id)
-                meta = part.sm.group(group_id)
-                members = len(m.members) if m is not None else len(meta.members) if meta is not None else 0
-                committed = {(c.topic, c.partition): c.offset for c in part.sm.committed_offsets(group_id).values()}
-                samples.append(GroupSample.from_offsets(group_id, members, committed, self._high_watermark))
+                named.append((group_id, part, live.get(group_id)))
+        budget = self.config.metrics_max_lag_series
+        samples = []
+        for group_id, part, m in sorted(named, key=lambda x: x[0]):
+            meta = part.sm.group(group_id)
+            members = len(m.members) if m is not None else len(meta.members) if meta is not None else 0
+            committed = {(c.topic, c.partition): c.offset for c in part.sm.committed_offsets(group_id).values()}
+            sample = GroupSample.from_offsets(group_id, members, committed, self._high_watermark, max_series=budget)
+            budget -= sample.series
+            samples.append(sample)
         return GroupCoordinatorSample(coordinator_partitions=len(led), groups=samples)

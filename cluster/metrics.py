@@ -130,12 +130,23 @@ class TransactionSample:
 
 @dataclass(frozen=True, slots=True)
 class GroupSample:
-    """One consumer group coordinated by this node."""
+    """One consumer group coordinated by this node.
+
+    ``committed`` and ``partition_lag`` hold only the per-partition series within the node's
+    budget (``metrics_max_lag_series``); ``lag`` and ``lag_sum`` always cover every partition.
+    """
 
     group: str
     members: int
     committed: Mapping[tuple[str, int], int]  # (topic, partition) -> committed offset
     lag: Mapping[str, int]  # topic -> sum over committed partitions of (high watermark - committed)
+    partition_lag: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    lag_sum: int = 0
+
+    @property
+    def series(self) -> int:
+        """Per-partition series this sample exports (what counts against the budget)."""
+        return len(self.committed)
 
     @classmethod
     def from_offsets(
@@ -144,14 +155,27 @@ class GroupSample:
         members: int,
         committed: Mapping[tuple[str, int], int],
         high_watermark: Callable[[str, int], int | None],
+        *,
+        max_series: int | None = None,
     ) -> GroupSample:
-        """Lag per topic from committed offsets; partitions whose high watermark is unknown are skipped."""
+        """Lag per partition, topic and group from committed offsets; partitions whose high watermark is
+        unknown are skipped (no lag, not zero lag). At most ``max_series`` partitions (in topic, partition
+        order) get per-partition series."""
         lag: dict[str, int] = {}
-        for (topic, partition), offset in committed.items():
+        kept: dict[tuple[str, int], int] = {}
+        partition_lag: dict[tuple[str, int], int] = {}
+        budget = len(committed) if max_series is None else max(0, max_series)
+        for (topic, partition), offset in sorted(committed.items()):
             hw = high_watermark(topic, partition)
+            keep = len(kept) < budget
+            if keep:
+                kept[(topic, partition)] = offset
             if hw is not None and hw >= 0:
-                lag[topic] = lag.get(topic, 0) + max(0, hw - offset)
-        return cls(group, members, dict(committed), lag)
+                behind = max(0, hw - offset)
+                lag[topic] = lag.get(topic, 0) + behind
+                if keep:
+                    partition_lag[(topic, partition)] = behind
+        return cls(group, members, kept, lag, partition_lag, sum(lag.values()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +240,12 @@ GROUP_GAUGES = {
             "Records between a group's committed offsets and the high watermarks, per topic",
             ("group", "topic"),
         ),
+        _Spec(
+            "consumer_group_lag",
+            "High watermark minus the group's committed offset, per partition (bounded: metrics_max_lag_series)",
+            ("group", "topic", "partition"),
+        ),
+        _Spec("consumer_group_total_lag", "Sum of a group's lag over every committed partition", ("group",)),
     )
 }
 COORDINATOR_GAUGE = _Spec("coordinator_partitions", "Coordinator partitions this node currently leads", ("kind",))
@@ -259,6 +289,9 @@ class NodeCollector(Collector):
                     fams["consumer_group_committed_offset"].add_metric([grp.group, topic, str(partition)], offset)
                 for topic, lag in sorted(grp.lag.items()):
                     fams["consumer_group_lag_records"].add_metric([grp.group, topic], lag)
+                for (topic, partition), lag in sorted(grp.partition_lag.items()):
+                    fams["consumer_group_lag"].add_metric([grp.group, topic, str(partition)], lag)
+                fams["consumer_group_total_lag"].add_metric([grp.group], grp.lag_sum)
             coord.add_metric([CoordinatorKind.GROUP.value], g.coordinator_partitions)
             yield from fams.values()
         if self.transactions is not None or self.groups is not None:

@@ -35,6 +35,7 @@ from .group_service import GroupService
 from .http import PeerHttpClient, Services, make_app
 from .internal_groups import InternalGroups
 from .metrics import GroupRaftSample, NodeMetrics, NodeSample
+from .offset_lookup import OffsetLookup
 from .operations import ClusterOperations
 from .partitions import PartitionService
 from .peers import PeerView
@@ -193,6 +194,7 @@ class Node:
         self.groups = GroupService(
             config, self.store, self.raft, self.peer_view, clock=clock, nodes=self.nodes, peers=self.peer_client,
             topics=self.controller, txn=self.txn, metrics=metrics,
+            offsets=OffsetLookup(self.replicas, self.controller, self.nodes, self.peer_client),
         )  # fmt: skip
         self.partitions = PartitionService(
             config, self.replicas, self.controller, self.nodes, self.peer_client, self.txn, tokens, metrics, clock,

@@ -29,6 +29,7 @@ from coordinator.group_metadata import (
 __all__ = [
     "DEFAULT_PRODUCER_EXPIRATION_MS",
     "CommitOffsets",
+    "DeleteGroup",
     "ExpireProducers",
     "GroupsCommand",
     "OffsetCommit",
@@ -118,10 +119,18 @@ class ExpireProducers(_Stamped):
     expiration_ms: int = DEFAULT_PRODUCER_EXPIRATION_MS
 
 
-GroupsCommand = CommitOffsets | TxnCommitOffsets | WriteTxnMarker | StoreGroup | ExpireProducers
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteGroup(_Stamped):
+    """DeleteGroups: remove an empty group's metadata and committed offsets (tombstones; ``group_rules``)."""
+
+    OP: ClassVar[str] = "delete_group"
+    group_id: str
+
+
+GroupsCommand = CommitOffsets | TxnCommitOffsets | WriteTxnMarker | StoreGroup | ExpireProducers | DeleteGroup
 
 _COMMANDS: Mapping[str, type[GroupsCommand]] = {
-    cls.OP: cls for cls in (CommitOffsets, TxnCommitOffsets, WriteTxnMarker, StoreGroup, ExpireProducers)
+    cls.OP: cls for cls in (CommitOffsets, TxnCommitOffsets, WriteTxnMarker, StoreGroup, ExpireProducers, DeleteGroup)
 }
 
 

@@ -30,6 +30,14 @@ Producer fencing of TxnOffsetCommit and markers (the rules of
 * a COMMIT marker makes the producer's pending offsets of every group of this
   partition committed (unless a later commit already wrote that partition);
   an ABORT marker drops them.
+
+Deleting a group (Kafka's DeleteGroups) writes tombstones for its metadata and
+every committed offset, and only for an empty group: one that is unknown here
+(no metadata, no offsets) is ``GROUP_ID_NOT_FOUND``; one whose last stored
+generation has members is ``NON_EMPTY_GROUP``; one with transactional offsets
+still pending for a producer is ``CONCURRENT_TRANSACTIONS`` (retriable: the
+transaction's marker resolves them, then the delete succeeds), so a COMMIT
+marker can never bring offsets of a deleted group back.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from typing import Protocol
 from clients.protocol import BrokerError, ErrorCode
 from coordinator.group_commands import (
     CommitOffsets,
+    DeleteGroup,
     ExpireProducers,
     OffsetCommit,
     StoreGroup,
@@ -58,6 +67,7 @@ from coordinator.metadata import TopicPartition
 from storage.producer_state import ProducerAppendInfo, ProducerStateEntry
 
 __all__ = [
+    "GroupDeleted",
     "GroupStored",
     "GroupsChange",
     "GroupsResult",
@@ -66,6 +76,7 @@ __all__ = [
     "OffsetsView",
     "ProducersExpired",
     "commit_offsets",
+    "delete_group",
     "expire_producers",
     "marker_error",
     "store_group",
@@ -79,6 +90,8 @@ class OffsetsView(Protocol):
     def group(self, group_id: str) -> GroupMetadata | None: ...
     def committed(self, group_id: str, tp: TopicPartition) -> CommittedOffset | None: ...
     def pending(self, group_id: str, producer_id: int) -> PendingOffsets | None: ...
+    def committed_of(self, group_id: str) -> Collection[TopicPartition]: ...
+    def has_pending(self, group_id: str) -> bool: ...
     def pending_of_producer(self, producer_id: int) -> list[PendingOffsets]: ...
     def producer(self, producer_id: int) -> ProducerFence | None: ...
     def producers(self) -> list[ProducerFence]: ...
@@ -109,14 +122,22 @@ class ProducersExpired:
     count: int
 
 
-GroupsResult = OffsetsCommitted | MarkerApplied | GroupStored | ProducersExpired | BrokerError
+@dataclass(frozen=True, slots=True)
+class GroupDeleted:
+    group_id: str
+    offsets: int  # committed offsets removed
+
+
+GroupsResult = OffsetsCommitted | MarkerApplied | GroupStored | ProducersExpired | GroupDeleted | BrokerError
 
 
 @dataclass
 class GroupsChange:
+    """The answer and the values to write; None deletes (a tombstone)."""
+
     result: GroupsResult
-    groups: dict[str, GroupMetadata] = field(default_factory=dict)
-    committed: dict[tuple[str, TopicPartition], CommittedOffset] = field(default_factory=dict)
+    groups: dict[str, GroupMetadata | None] = field(default_factory=dict)
+    committed: dict[tuple[str, TopicPartition], CommittedOffset | None] = field(default_factory=dict)
     pending: dict[tuple[str, int], PendingOffsets | None] = field(default_factory=dict)
     producers: dict[int, ProducerFence | None] = field(default_factory=dict)
 
@@ -251,4 +272,31 @@ def expire_producers(view: OffsetsView, cmd: ExpireProducers) -> GroupsChange:
         if f.open_epoch is None and f.last_update_ms + cmd.expiration_ms <= cmd.now_ms:
             change.producers[f.producer_id] = None
     change.result = ProducersExpired(len(change.producers))
+    return change
+
+
+def delete_group(view: OffsetsView, cmd: DeleteGroup) -> GroupsChange:
+    """DeleteGroups for an empty group: tombstones for its metadata and committed offsets (module docstring)."""
+    gid = cmd.group_id
+    g = view.group(gid)
+    committed = sorted(view.committed_of(gid))
+    pending = view.has_pending(gid)
+    if g is None and not committed and not pending:
+        return GroupsChange(BrokerError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {gid!r} does not exist"))
+    if g is not None and g.members:
+        return GroupsChange(
+            BrokerError(ErrorCode.NON_EMPTY_GROUP, f"group {gid!r} has {len(g.members)} member(s); it is not empty")
+        )
+    if pending:
+        return GroupsChange(
+            BrokerError(
+                ErrorCode.CONCURRENT_TRANSACTIONS,
+                f"group {gid!r} has transactional offsets waiting for their transaction's marker; retry after it",
+            )
+        )
+    change = GroupsChange(GroupDeleted(gid, len(committed)))
+    if g is not None:
+        change.groups[gid] = None
+    for tp in committed:
+        change.committed[(gid, tp)] = None
     return change

@@ -43,6 +43,7 @@ from coordinator.codec import decode_record, encode_record, get_int
 from coordinator.errors import CommandDecodeError, CoordinatorCorruptionError
 from coordinator.group_commands import (
     CommitOffsets,
+    DeleteGroup,
     ExpireProducers,
     GroupsCommand,
     StoreGroup,
@@ -136,6 +137,12 @@ class _OffsetsState:
     def pending(self, group_id: str, producer_id: int) -> PendingOffsets | None:
         return self.pending_map.get(group_id, {}).get(producer_id)
 
+    def committed_of(self, group_id: str) -> list[TopicPartition]:
+        return list(self.committed_map.get(group_id, {}))
+
+    def has_pending(self, group_id: str) -> bool:
+        return bool(self.pending_map.get(group_id))
+
     def pending_of_producer(self, producer_id: int) -> list[PendingOffsets]:
         return [self.pending_map[g][producer_id] for g in self.producer_groups.get(producer_id, ())]
 
@@ -151,6 +158,12 @@ class _OffsetsState:
 
     def set_committed(self, c: CommittedOffset) -> None:
         self.committed_map.setdefault(c.group_id, {})[c.tp] = c
+
+    def delete_committed(self, group_id: str, tp: TopicPartition) -> None:
+        per_group = self.committed_map.get(group_id, {})
+        per_group.pop(tp, None)
+        if not per_group:
+            self.committed_map.pop(group_id, None)
 
     def set_pending(self, group_id: str, producer_id: int, p: PendingOffsets | None) -> None:
         if p is None:
@@ -173,10 +186,16 @@ class _OffsetsState:
             self.fence_map[producer_id] = f
 
     def apply_change(self, change: GroupsChange) -> None:
-        for g in change.groups.values():
-            self.set_group(g)
-        for c in change.committed.values():
-            self.set_committed(c)
+        for gid, g in change.groups.items():
+            if g is None:
+                self.group_map.pop(gid, None)
+            else:
+                self.set_group(g)
+        for (gid, tp), c in change.committed.items():
+            if c is None:
+                self.delete_committed(gid, tp)
+            else:
+                self.set_committed(c)
         for (group_id, pid), p in change.pending.items():
             self.set_pending(group_id, pid, p)
         for pid, f in change.producers.items():
@@ -227,6 +246,8 @@ def _run_rule(view: _OffsetsState, cmd: GroupsCommand, index: int) -> GroupsChan
         return group_rules.write_txn_marker(view, cmd, index)
     if isinstance(cmd, StoreGroup):
         return group_rules.store_group(view, cmd)
+    if isinstance(cmd, DeleteGroup):
+        return group_rules.delete_group(view, cmd)
     assert isinstance(cmd, ExpireProducers)
     return group_rules.expire_producers(view, cmd)
 
@@ -318,9 +339,15 @@ class GroupStateMachine:
         if change is not None:
             p = self._prefix
             for gid, g in change.groups.items():
-                wb.put(p + group_key(gid), encode_group(g))
+                if g is None:
+                    wb.delete(p + group_key(gid))
+                else:
+                    wb.put(p + group_key(gid), encode_group(g))
             for (gid, tp), c in change.committed.items():
-                wb.put(p + committed_key(gid, tp), encode_committed(c))
+                if c is None:
+                    wb.delete(p + committed_key(gid, tp))
+                else:
+                    wb.put(p + committed_key(gid, tp), encode_committed(c))
             for (gid, pid), pending in change.pending.items():
                 if pending is None:
                     wb.delete(p + pending_key(gid, pid))

@@ -11,7 +11,8 @@
 Kafka also has ``CompletingRebalance`` (waiting for the leader's SyncGroup with
 the client-computed assignment) and ``Dead``. Here the coordinator computes the
 assignment itself, so a rebalance goes straight from ``PreparingRebalance`` to
-``Stable`` (or ``Empty``), and a group is never deleted. States are not
+``Stable`` (or ``Empty``). ``Dead`` is what DescribeGroups reports for a group
+the coordinator does not know (never used, or deleted while ``Empty``). States are not
 persisted: the replicated ``GroupMetadata`` of a completed rebalance implies
 ``Stable`` (members) or ``Empty`` (none).
 """

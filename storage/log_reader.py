@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clients.protocol import BrokerError, ErrorCode, StoredBatch
+from clients.protocol import BrokerError, ErrorCode, StoredBatch, decode_records
 from storage.errors import StorageCorruptionError
 from storage.log_format import STORED_HEADER_SIZE, LogMeta, PartitionKeys
 from storage.store import NodeStore, StoreView
@@ -114,6 +114,35 @@ class LogReader:
         except StorageCorruptionError as exc:
             raise BrokerError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc
         return None if first is None else first.header.max_timestamp
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        """Kafka's ListOffsets by timestamp: the first offset at or above the log start whose record
+        timestamp is >= ``timestamp_ms``; None when no record is that new.
+
+        The log keeps no time index: batches are scanned from the log start
+        (each stored batch carries its max timestamp, so only the batch that
+        holds the answer is decoded record by record). Control batches hold no
+        records of the partition and are skipped. The scan reads one
+        point-in-time view; callers run it off the event loop.
+        """
+        meta = self._meta()
+        keys = self._keys
+        view = self._store.view(keys.batch(meta.next_offset))
+        pairs = view.range(keys.batch_prefix, keys.batch(meta.next_offset), floor=keys.batch(meta.log_start_offset))
+        for key, value in pairs:
+            try:
+                batch = keys.decode_batch(key, value)
+            except StorageCorruptionError as exc:
+                raise BrokerError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from exc
+            if batch.header.is_control or batch.last_offset < meta.log_start_offset:
+                continue
+            if batch.header.max_timestamp < timestamp_ms:
+                continue
+            for i, record in enumerate(decode_records(batch.data)):
+                offset = batch.base_offset + i
+                if offset >= meta.log_start_offset and record.timestamp >= timestamp_ms:
+                    return offset
+        return None
 
     def _collect_aborted(self, view: StoreView, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         pairs = view.range(self._keys.aborted(max(fetch_offset, 0)), self._keys.batch_prefix)

@@ -21,8 +21,8 @@ Terms (Kafka's):
 Thread-safety: ``apply``, ``write_snapshot``, ``read_snapshot`` and
 ``destroy`` run on the partition's Raft thread only, never concurrently with
 each other. ``read``, ``fetch``, ``aborted_transactions``, ``check_append``,
-``opens_transaction``, ``producer_entry``, ``ongoing_transactions``, ``oldest_batch_max_timestamp``
-and the properties may run concurrently on any other thread. That is safe
+``opens_transaction``, ``producer_entry``, ``ongoing_transactions``, ``oldest_batch_max_timestamp``,
+``offset_for_timestamp`` and the properties may run concurrently on any other thread. That is safe
 because (a) the in-memory summary (offsets, LSO) is one immutable ``LogMeta``
 object whose reference is replaced only *after* its WriteBatch is written, so a
 reader never sees an offset whose batch, marker or index entry is not yet in
@@ -591,6 +591,10 @@ class PartitionLog:
     def oldest_batch_max_timestamp(self) -> int | None:
         """Max timestamp of the oldest stored batch (None when empty), for retention."""
         return self._reader.oldest_batch_max_timestamp()
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        """First offset with a record timestamp >= ``timestamp_ms``, else None (``LogReader.offset_for_timestamp``)."""
+        return self._reader.offset_for_timestamp(timestamp_ms)
 
     # -- snapshots and lifecycle (Raft thread; stream format in storage.log_snapshot) -------------
 

@@ -8,6 +8,7 @@ from typing import Any, TypeVar, Unpack
 
 from .. import _admin_calls as calls
 from .. import _cluster_calls as cluster_calls
+from .. import _group_calls as group_calls
 from ..protocol import BrokerError
 from ..security import AclBinding, ClientSecurity, SecurityOptions
 from ._metadata import parse_bootstrap
@@ -117,6 +118,35 @@ class AsyncAdmin:
 
     async def describe_producers(self, topic: str, partition: int) -> list[dict[str, Any]]:
         return await self._run(calls.describe_producers(topic, partition))
+
+    # ---- consumer groups (kafka-consumer-groups.sh; ``Admin`` documents each) -----------------------
+
+    async def list_consumer_groups(self) -> list[dict[str, Any]]:
+        return await self._run(group_calls.list_consumer_groups())
+
+    async def describe_consumer_groups(self, group_ids: Sequence[str]) -> list[dict[str, Any]]:
+        ids = group_calls.group_ids(group_ids)
+        return list(await asyncio.gather(*(self._run(group_calls.describe_consumer_group(g)) for g in ids)))
+
+    async def delete_consumer_groups(self, group_ids: Sequence[str]) -> list[tuple[str, BrokerError | None]]:
+        out: list[tuple[str, BrokerError | None]] = []
+        for g in group_calls.group_ids(group_ids):
+            try:
+                await self._run(group_calls.delete_consumer_group(g))
+                out.append((g, None))
+            except BrokerError as exc:
+                out.append((g, exc))
+        return out
+
+    async def reset_consumer_group_offsets(
+        self,
+        group_id: str,
+        topic: str,
+        to: str | dict[str, int],
+        partitions: Sequence[int] | None = None,
+        execute: bool = False,
+    ) -> dict[str, Any]:
+        return await self._run(group_calls.reset_consumer_group_offsets(group_id, topic, to, partitions, execute))
 
     # ---- security (API.md "Security") ------------------------------------------------------------
 

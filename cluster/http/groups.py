@@ -7,9 +7,14 @@ the transaction routes do; a client can also ask
 long-poll, which may last up to the rebalance timeout. ``GET /v1/groups``
 fans out to every node, each answering for the coordinator partitions it leads.
 
+Administration (API.md "Operating a cluster", kafka-consumer-groups.sh):
+``DELETE /v1/groups/G`` deletes an empty group; ``POST /v1/groups/G/offsets/reset``
+computes (``"dry_run"``: true, the default) or writes (``"dry_run": false``) new
+offsets for a group without members. Both run on the group's coordinator.
+
 Internal endpoints (``/v1/internal/groups/*``, signed node calls only): a transaction
 coordinator writes a COMMIT/ABORT marker to an offsets partition led elsewhere;
-the group listing's fan-out.
+the group listing's fan-out; a partition leader's offsets for a reset (ListOffsets).
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ from typing import Any
 from aiohttp import web
 
 from clients.protocol import BrokerError, ControlType, ErrorCode
+from coordinator.group_admin import parse_reset_to
 from coordinator.group_assignors import ASSIGNORS, DEFAULT_PROTOCOL
 from coordinator.group_commands import OffsetCommit
 from coordinator.group_metadata import NO_GENERATION
 from coordinator.metadata import TopicPartition
 
 from ..group_service import answer_json
+from ..offset_lookup import LIST_OFFSETS_PATH, log_offsets_json
 from ..security.acl import Operation, ResourceType
 from ..topics import validate_topic_name
 from . import parsing
@@ -36,7 +43,7 @@ from .services import Services
 
 __all__ = ["GroupRoutes"]
 
-DESCRIBE, READ = Operation.DESCRIBE, Operation.READ
+DESCRIBE, READ, DELETE = Operation.DESCRIBE, Operation.READ, Operation.DELETE
 GROUP, TOPIC = ResourceType.GROUP, ResourceType.TOPIC
 
 _MAX_OFFSETS = 10_000
@@ -85,6 +92,23 @@ def _partitions_query(raw: str | None) -> set[TopicPartition] | None:
     return out
 
 
+def _reset_partitions(body: dict[str, Any]) -> list[int] | None:
+    """``"partitions"``: absent (every partition of the topic) or a non-empty list of distinct partitions."""
+    if body.get("partitions") is None:
+        return None
+    items = parsing.get_list(body, "partitions", max_len=_MAX_OFFSETS)
+    if not items:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "partitions must not be empty (leave it out for all)")
+    out: list[int] = []
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item <= parsing.INT32_MAX:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "partitions must be a list of partition numbers (>= 0)")
+        out.append(item)
+    if len(set(out)) != len(out):
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "partitions lists a partition twice")
+    return out
+
+
 def _query_bool(request: web.Request, key: str) -> bool:
     raw = request.query.get(key, "false").lower()
     if raw not in ("true", "false", "1", "0"):
@@ -103,7 +127,17 @@ class GroupRoutes:
         gid = "group_id"
         r.get("/v1/coordinators/group/{group_id}", self.find_coordinator, Access.user(Need(DESCRIBE, GROUP, gid)))
         r.get("/v1/groups", self.list_groups, Access.user(body="DESCRIBE on each group listed"))
-        r.get("/v1/groups/{group_id}", self.describe, Access.user(Need(DESCRIBE, GROUP, gid)))
+        r.get(
+            "/v1/groups/{group_id}",
+            self.describe,
+            Access.user(Need(DESCRIBE, GROUP, gid), body="DESCRIBE on each topic whose offsets are shown"),
+        )
+        r.delete("/v1/groups/{group_id}", self.delete_group, Access.user(Need(DELETE, GROUP, gid)))
+        r.post(
+            "/v1/groups/{group_id}/offsets/reset",
+            self.reset_offsets,
+            Access.user(Need(READ, GROUP, gid), body="READ on the topic"),
+        )
         r.post("/v1/groups/{group_id}/join", self.join, Access.user(Need(READ, GROUP, gid)))
         r.post("/v1/groups/{group_id}/heartbeat", self.heartbeat, Access.user(Need(READ, GROUP, gid)))
         r.post("/v1/groups/{group_id}/leave", self.leave, Access.user(Need(READ, GROUP, gid)))
@@ -129,6 +163,7 @@ class GroupRoutes:
         )
         r.post("/v1/internal/groups/marker", self.internal_marker, Access.nodes())
         r.post("/v1/internal/groups/list", self.internal_list, Access.nodes())
+        r.post(LIST_OFFSETS_PATH, self.internal_list_offsets, Access.nodes())
 
     # ---- plumbing -------------------------------------------------------------------------------
 
@@ -252,11 +287,37 @@ class GroupRoutes:
 
     async def describe(self, request: web.Request) -> web.Response:
         group = self._group(request)
+        g = guard(request)
 
         async def call() -> dict[str, Any]:
-            return self.svc.describe(group)
+            d = self.svc.describe(group)
+            for key in ("offsets", "pending_offsets"):
+                d[key] = [o for o in d[key] if g.may_describe(TOPIC, o["topic"])]
+            return d
 
         return await self._routed(request, b"", call)
+
+    async def delete_group(self, request: web.Request) -> web.Response:
+        group = self._group(request)
+
+        async def call() -> dict[str, Any]:
+            return await self.svc.delete_group(group)
+
+        return await self._routed(request, b"", call)
+
+    async def reset_offsets(self, request: web.Request) -> web.Response:
+        group = self._group(request)
+        raw, body = await self._body(request)
+        topic = validate_topic_name(body.get("topic"))
+        partitions = _reset_partitions(body)
+        to = parse_reset_to(body.get("to"))
+        dry_run = parsing.get_bool(body, "dry_run") if body.get("dry_run") is not None else True
+        guard(request).require(READ, TOPIC, topic)
+
+        async def call() -> dict[str, Any]:
+            return await self.svc.reset_offsets(group, topic, partitions, to, execute=not dry_run)
+
+        return await self._routed(request, raw, call)
 
     async def list_groups(self, request: web.Request) -> web.Response:
         g = guard(request)
@@ -306,3 +367,13 @@ class GroupRoutes:
     async def internal_list(self, request: web.Request) -> web.Response:
         require_internal(request)
         return web.json_response({"groups": self.svc.local_groups()})
+
+    async def internal_list_offsets(self, request: web.Request) -> web.Response:
+        require_internal(request)
+        body = parsing.parse_json_object(await request.read())
+        topic = validate_topic_name(body.get("topic"))
+        partition = parsing.get_int(body, "partition", lo=0, hi=parsing.INT32_MAX)
+        ts = body.get("timestamp")
+        timestamp = None if ts is None else parsing.get_int(body, "timestamp", lo=0, hi=parsing.INT64_MAX)
+        found = await self.svc.offsets.local(topic, partition, timestamp)
+        return web.json_response(log_offsets_json(found))

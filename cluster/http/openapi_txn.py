@@ -154,7 +154,46 @@ def transaction_and_group_paths() -> dict[str, Any]:
             "get": _op("DescribeProducers: producer state of a partition", params=("topic", "partition"))
         },
         "/v1/groups": {"get": _op("every consumer group of the cluster", errors=(400,))},
-        "/v1/groups/{group_id}": {"get": _op("describe a group: state, members, offsets, lag", params=GID)},
+        "/v1/groups/{group_id}": {
+            "get": _op(
+                "DescribeGroups plus offsets: state, protocol, members with assignments, and per partition the "
+                "committed offset (-1: none), log_end_offset (the high watermark) and lag (null without a "
+                "committed offset); an unknown group answers state Dead with no members, as in Kafka",
+                params=GID,
+                errors=(400, 421, 503),
+            ),
+            "delete": _op(
+                "DeleteGroups: delete an empty group's metadata and committed offsets; 409 NON_EMPTY_GROUP while "
+                "it has members, 409 CONCURRENT_TRANSACTIONS while a transaction's offsets are pending, 404 "
+                "GROUP_ID_NOT_FOUND for an unknown group",
+                params=GID,
+                errors=(400, 404, 409, 421, 503, 504),
+            ),
+        },
+        "/v1/groups/{group_id}/offsets/reset": {
+            "post": _op(
+                "reset a group's offsets of a topic (kafka-consumer-groups.sh --reset-offsets): to earliest (log "
+                "start), latest (high watermark), an offset (clamped to [log start, high watermark]) or a timestamp "
+                "(first offset whose record timestamp is >= it, else the high watermark). dry_run (default true) "
+                "only computes; dry_run false writes the offsets as one commit. 409 NON_EMPTY_GROUP (nothing "
+                "changed) while the group has members; 404 for an unknown topic or partition",
+                {
+                    "topic": _STR,
+                    "partitions": {"type": "array", "items": _INT},
+                    "to": {
+                        "oneOf": [
+                            {"enum": ["earliest", "latest"]},
+                            {"type": "object", "properties": {"offset": _INT}, "required": ["offset"]},
+                            {"type": "object", "properties": {"timestamp": _INT}, "required": ["timestamp"]},
+                        ]
+                    },
+                    "dry_run": _BOOL,
+                },
+                ("topic", "to"),
+                params=GID,
+                errors=(400, 404, 409, 421, 503, 504),
+            )
+        },
         "/v1/groups/{group_id}/join": {
             "post": _op(
                 "join (long-polls until the rebalance completes; the server assigns partitions)",

@@ -282,17 +282,23 @@ def topics() -> tuple[str, str, list[dict[str, Any]], list[Panel]]:
                 unit="ops",
             ),
             ts(
+                "Consumer lag",
+                t('topk(10, max by (group) (txbroker_consumer_group_total_lag{group=~"$group"}))', "{{group}}"),
+                description="Records the 10 most lagging groups have yet to consume (high watermark minus committed "
+                "offset, summed over every partition the group committed); exported by each group's coordinator",
+            ),
+            ts(
                 "Consumer lag per group and topic",
                 t(f"max by (group, topic) (txbroker_consumer_group_lag_records{{{grp}}})", "{{group}} {{topic}}"),
                 description="High watermark minus committed offset, summed over the topic's partitions",
             ),
             ts(
-                "Consumer lag per partition (from offsets)",
+                "Consumer lag per partition (top 20)",
                 t(
-                    f"max by (topic, partition) (txbroker_partition_high_watermark{{{tp}}}) - on (topic, partition) "
-                    f"group_right max by (group, topic, partition) (txbroker_consumer_group_committed_offset{{{grp}}})",
+                    f"topk(20, max by (group, topic, partition) (txbroker_consumer_group_lag{{{grp}}}))",
                     "{{group}} {{topic}}-{{partition}}",
                 ),
+                description="Per-partition series stop at metrics_max_lag_series per node (the sums cover all)",
             ),
             ts("Group members", t('max by (group) (txbroker_consumer_group_members{group=~"$group"})', "{{group}}")),
             ts(

@@ -64,6 +64,7 @@ def test_a_join_waiting_for_its_rebalance_fails_over_at_once(tmp_path: Path) -> 
         raft.self_address = cfg.self_address.raft_address
         svc = GroupService(
             cfg, None, raft, None, clock=Clock(), nodes=ClusterNodes(cfg), peers=None, topics=None, txn=None,  # type: ignore[arg-type]
+            offsets=None,
             metrics=NodeMetrics(),
         )  # fmt: skip
         group = FakeGroup(cfg.self_address.raft_address)
