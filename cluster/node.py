@@ -34,6 +34,7 @@ from .controller_view import ControllerView
 from .group_service import GroupService
 from .http import PeerHttpClient, Services, make_app
 from .internal_groups import InternalGroups
+from .leader_balance import Candidate, LeaderBalancer
 from .metrics import GroupRaftSample, NodeMetrics, NodeSample
 from .offset_lookup import OffsetLookup
 from .operations import ClusterOperations
@@ -209,6 +210,9 @@ class Node:
             {TXN_STATE_KIND: self.txn.groups.count, OFFSETS_TOPIC: self.groups.groups.count},
             self._internal_placements, clock,
         )  # fmt: skip
+        self.balancer = LeaderBalancer(
+            config.node_id, self.nodes, config.leader_balance_hold_s, self._balance_candidates
+        )
         self.reassignments = ReassignmentDriver(
             config, self.raft, self.nodes, self.controller, self.peer_view, self._internal_placements
         )
@@ -245,7 +249,7 @@ class Node:
         self.reassignments.start()
         self.peer_view.start()
         self._tasks = [
-            self.loop.create_task(every(self.config.leader_balance_interval_s, self.partitions.balance_leaders)),
+            self.loop.create_task(every(self.config.leader_balance_interval_s, self.balancer.run_once)),
             self.loop.create_task(every(self.config.retention_check_interval_s, self.partitions.enforce_retention)),
         ]
 
@@ -288,6 +292,14 @@ class Node:
         if not self.controller.leader_known():
             out.insert(0, {"group": CONTROLLER_GROUP, "leader": None, "reason": "no leader"})
         return out
+
+    def _balance_candidates(self) -> list[Candidate]:
+        """Every group this node replicates that has a preferred replica and is not moving."""
+        moving = self.controller.view.reassignments
+        out = [Candidate(r.group, r.replicas[0]) for r in self.replicas.replicas.values() if r.replicas]
+        for kind in (self.txn.groups, self.groups.groups):
+            out += [Candidate(p.group, kind.replicas_of(n)[0]) for n, p in kind.local.items()]
+        return [c for c in out if c.group.group_id not in moving]
 
     def _internal_placements(self) -> dict[str, tuple[int, ...]]:
         """Every internal partition's group id -> its replica set."""

@@ -16,7 +16,6 @@ Everything runs on the asyncio loop thread.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -35,7 +34,7 @@ from clients.protocol import (
     encode_token,
     parse_batch,
 )
-from raft import NotLeaderError, QueueFullError, RaftCommandFailed, RaftError, RaftTimeoutError
+from raft import NotLeaderError, QueueFullError, RaftCommandFailed, RaftTimeoutError
 from storage.commands import (
     AppendResult,
     RevokeResult,
@@ -178,7 +177,6 @@ class PartitionService:
         self._carried = CarriedEpochs()
         self.sequencer = SubmitSequencer(on_wait=lambda outcome: metrics.reordered_batches.labels(outcome).inc())
         self.draining = False
-        self._healthy_since: dict[tuple[str, int], float] = {}  # preferred replica seen fit to lead since
 
     # ---- leadership -----------------------------------------------------------------------
 
@@ -541,32 +539,6 @@ class PartitionService:
         return None, await self._peers.call(leader, MARKER_PATH, body)
 
     # ---- background -------------------------------------------------------------------------------
-
-    async def balance_leaders(self) -> None:
-        """Move leadership back to each partition's preferred replica (Kafka's auto leader rebalance).
-
-        Only to a preferred replica seen answering and caught up in every round for
-        ``leader_balance_hold_s``: a node back from a fault gets its leaderships back a while after
-        it rejoined, not at the heal itself (one leader change per fault, not two at once).
-        """
-        now = time.monotonic()
-        moving = self._controller.view.reassignments
-        for rep in list(self._replicas.replicas.values()):
-            preferred = rep.replicas[0]
-            if preferred == self.config.node_id or not rep.group.is_leader() or rep.group.group_id in moving:
-                self._healthy_since.pop(rep.key, None)  # a moving partition's leadership follows its move
-                continue
-            addr = self._nodes.node(preferred)
-            if addr is None:
-                continue
-            st = rep.group.status()
-            if addr.raft_address not in st.responsive or st.match_index.get(addr.raft_address, -1) < st.commit_index:
-                self._healthy_since.pop(rep.key, None)
-                continue
-            since = self._healthy_since.setdefault(rep.key, now)
-            if now - since >= self.config.leader_balance_hold_s:
-                with contextlib.suppress(RaftError):  # refused while a transfer is in flight: next round
-                    rep.group.transfer_leadership(addr.raft_address)
 
     async def enforce_retention(self) -> None:
         now = self._clock.now_ms()

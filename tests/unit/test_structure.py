@@ -46,7 +46,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                         "metrics", "sequencer", "producer_ids", "seams", "prometheus_config", "deadline",
                         "readiness", "security", "security.*", "security_state", "topic_admin")),
     ("services", ("controller_service", "partitions", "routed_produce", "group_service", "offset_lookup", "txn",
-                  "txn.*", "operations", "reassignment")),
+                  "txn.*", "operations", "reassignment", "leader_balance")),
     ("http", ("http", "http.*")),
     ("process", ("node", "cli", "__main__", "health", "client_commands", "copier", "client_config",
                  "security_commands", "operations_commands", "topic_commands", "group_cli")),
