@@ -756,5 +756,14 @@ def audit() -> None:
     tick_names = set(_psc_syncobj.SyncObj._onTick.__code__.co_names)
     if not {"_SyncObj__raftElectionDeadline", "_SyncObj__transferInProgress", "leaderFallbackTimeout"} <= tick_names:
         problems.append("SyncObj._onTick no longer campaigns on the election deadline / falls back on quorum loss")
+    membership_calls = (
+        (so_cls._checkCommandsToApply, "_SyncObj__changeCluster"),
+        (so_cls._SyncObj__applyLogEntries, "_SyncObj__doApplyCommand"),
+        (so_cls._SyncObj__onMessageReceived, "_SyncObj__doChangeCluster"),
+        (so_cls._SyncObj__loadDumpFile, "_SyncObj__updateClusterConfiguration"),
+    )
+    for caller, callee in membership_calls:
+        if callee not in caller.__code__.co_names:
+            problems.append(f"SyncObj.{caller.__name__} no longer calls {callee} (raft.membership_log)")
     if problems:
         raise RuntimeError("PySyncObj internals changed: " + "; ".join(problems))
