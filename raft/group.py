@@ -512,9 +512,9 @@ class RaftGroup:
         return self.member_lag(address)
 
     def learners(self) -> frozenset[str]:
-        """The learners this node replicates to as leader (leader-local: not replicated)."""
+        """The learners this node replicates to as leader (leader-local: not replicated); empty on a follower."""
         so = self._so
-        return frozenset() if so is None else so.txb_learners
+        return frozenset() if so is None or not so._isLeader() else so.txb_learners
 
     async def change_membership(self, *, add: str | None = None, remove: str | None = None, timeout: float) -> None:
         """Add or remove one voter; resolves when the change's entry is committed.

@@ -181,6 +181,8 @@ def test_group_moves_one_voter_at_a_time(procs: Callable[[int], Procs]) -> None:
     wait(lambda: p.req(ld, "member_lag", address=a[successor])["ok"] == 0, 10, "the successor caught up")
     p.req(ld, "transfer", to=a[successor])
     wait(lambda: p.leader() == successor, 10, "leadership moved")
+    # The voter that stays must be caught up first: the new configuration has no majority without it.
+    wait(lambda: p.req(successor, "member_lag", address=a[other])["ok"] == 0, 10, "the remaining voter caught up")
     assert p.change(successor, remove=a[ld]) == {"ok": True}
     assert p.voters(successor) == {a[successor], a[other]}
     steady_term(p, successor, 2.5)  # the old leader, removed but running, does not disrupt the group
@@ -197,6 +199,15 @@ def test_new_voter_and_learner_catch_up_through_snapshots(procs: Callable[[int],
     leader = p.wait_leader(15, "a leader")
     for n in range(1, 201):
         assert p.req(leader, "submit", command="add:k:1", timeout=5) == {"ok": n}
+
+    # A learner can be dropped again (node 4 is not even running).
+    assert p.req(leader, "add_learner", address=a[4], timeout=5) == {"ok": True}
+    assert p.req(leader, "learners")["ok"] == [a[4]]
+    last_index = p.req(leader, "status")["commit_index"]  # idle: the last index
+    assert p.req(leader, "learner_lag", address=a[4])["ok"] == last_index  # matched nothing yet
+    assert p.req(leader, "remove_learner", address=a[4], timeout=5) == {"ok": True}
+    assert p.req(leader, "learners")["ok"] == []
+    assert p.req(leader, "learner_lag", address=a[4])["ok"] is None
 
     # A learner with an empty log: replicated to (through a snapshot), not counted, then promoted.
     p.start(3, [0, 1, 2, 3], sm=DURABLE_SM, compaction=50)
