@@ -496,13 +496,14 @@ class RaftGroup:
             return None
         if address == self.self_address:
             return 0
-        try:
-            match = {str(n.id): int(i) for n, i in dict(patches.raft_match_index(so)).items()}
-        except RuntimeError:  # resized by the shard thread while copied
-            return None
         if address not in so.txb_voters and address not in so.txb_learners:
             return None
-        return membership.lag(patches.last_log_position(so)[1], match.get(address))
+        try:
+            match = {str(n.id): int(i) for n, i in dict(patches.raft_match_index(so)).items()}
+            last_index = patches.last_log_position(so)[1]
+        except (RuntimeError, IndexError):  # resized (or the log replaced) by the shard thread meanwhile
+            return None
+        return membership.lag(last_index, match.get(address))
 
     def learner_lag(self, address: str) -> int | None:
         """``member_lag`` of a learner of this leader; None when ``address`` is not one."""

@@ -158,6 +158,7 @@ class Host:
                 "last_applied": st.last_applied,
                 "match_index": st.match_index,
                 "connected": sorted(st.connected),
+                "voters": sorted(st.voters),
             }
         if op == "sm":
             value = getattr(self.sms[group.group_id], req["attr"])
