@@ -44,8 +44,8 @@ def parse_change(command: Any) -> Change | None:
     PySyncObj writes ``bytes([MEMBERSHIP]) + pickle(['add'|'rem', node_id, node])``;
     the log only holds entries from authenticated members of the group.
     """
-    if not isinstance(command, bytes | bytearray) or command[:1] != bytes([MEMBERSHIP_COMMAND]):
-        return None
+    if not isinstance(command, bytes | bytearray) or not command or command[0] != MEMBERSHIP_COMMAND:
+        return None  # checked on every applied entry: no allocation
     request = pickle.loads(command[1:])
     op, address = request[0], request[1]
     if op not in (ADD, REMOVE) or not isinstance(address, str):

@@ -110,6 +110,9 @@ class MembershipLog:
         return membership.rewind(self.txb_voters, (c for _, c in self.txb_changes_after(index)))
 
     def _txb_set_configuration(self, voters: frozenset[str]) -> None:
+        self._txb_refresh()  # PySyncObj's own snapshot load may have replaced the voters meanwhile
+        if voters == self.txb_voters:
+            return
         me = self._txb_me()
         before = set(patches.other_nodes(self))
         patches.update_cluster_configuration(self, sorted(voters - {me}))

@@ -239,3 +239,10 @@ def test_new_voter_and_learner_catch_up_through_snapshots(procs: Callable[[int],
     wait(lambda: p.voters(4) == everyone, 5, "the restarted voter takes the log's configuration")
     assert p.req(leader, "submit", command="add:k:1", timeout=5) == {"ok": 301}
     wait(lambda: p.value(4) == 301, 10, "the restarted voter applied the next entry")
+    # ... and restarted with the current members, whatever its snapshot recorded.
+    p.procs.pop(3).kill()
+    p.start(3, [0, 1, 2, 3, 4], sm=DURABLE_SM, compaction=50)
+    wait(lambda: p.voters(3) == everyone, 5, "the restarted learner-made voter keeps the configuration")
+    assert p.req(leader, "submit", command="add:k:1", timeout=5) == {"ok": 302}
+    wait(lambda: p.value(3) == 302, 10, "it applies the next entry")
+    assert p.req(leader, "status")["connected"] == sorted(everyone - {a[leader]})
