@@ -221,6 +221,14 @@ def test_new_voter_and_learner_catch_up_through_snapshots(procs: Callable[[int],
     assert p.req(leader, "learners")["ok"] == []
     assert p.voters(leader) == {a[0], a[1], a[2], a[3]}
     assert p.req(leader, "member_lag", address=a[3])["ok"] is not None
+    # A follower whose snapshot predates the addition restarts with the current members: its snapshot's
+    # configuration, then its journal's "add 3", give the same configuration, with node 3 connected.
+    fo = next(i for i in range(3) if i != leader)
+    p.procs.pop(fo).kill()
+    p.start(fo, [0, 1, 2, 3], sm=DURABLE_SM, compaction=50)
+    four = {a[0], a[1], a[2], a[3]}
+    wait(lambda: p.voters(fo) == four, 5, "the restarted follower keeps the configuration")
+    wait(lambda: set(p.req(fo, "status")["connected"]) == four - {a[fo]}, 10, "connected to every voter")
 
     # A voter added directly with an empty log catches up the same way.
     for n in range(201, 301):
