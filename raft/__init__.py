@@ -3,9 +3,12 @@
 Public API: ``RaftNode`` (the node's groups), ``RaftGroup`` (one group:
 leadership, submit-and-wait), ``RaftSettings``, ``LeadershipEvent``,
 ``GroupStatus``, the ``StateMachine`` protocol and the ``RaftError`` tree.
+Membership changes (one voter at a time, learners): ``RaftGroup.change_membership``.
 """
 
 from raft.errors import (
+    CannotRemoveLeader,
+    MembershipChangeInProgress,
     NotLeaderError,
     QueueFullError,
     RaftApplyError,
@@ -21,8 +24,10 @@ from raft.state_machine import NOOP_COMMAND, StateMachine
 
 __all__ = [
     "NOOP_COMMAND",
+    "CannotRemoveLeader",
     "GroupStatus",
     "LeadershipEvent",
+    "MembershipChangeInProgress",
     "NotLeaderError",
     "QueueFullError",
     "RaftApplyError",

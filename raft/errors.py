@@ -58,3 +58,11 @@ class RaftApplyError(RaftError):
 
 class SnapshotCorruptError(RaftError):
     """A snapshot container failed its checksum or structure checks."""
+
+
+class MembershipChangeInProgress(RaftError):
+    """A membership change is still uncommitted (or queued): a group changes one voter at a time."""
+
+
+class CannotRemoveLeader(RaftError):
+    """The leader was asked to remove itself; transfer leadership first, then remove it from the new leader."""

@@ -31,10 +31,12 @@ from typing import Any
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import FAIL_REASON
 
+from raft import membership, snapshot
 from raft import pysyncobj_patches as patches
-from raft import snapshot
 from raft.compaction import Compaction
 from raft.errors import (
+    CannotRemoveLeader,
+    MembershipChangeInProgress,
     NotLeaderError,
     QueueFullError,
     RaftApplyError,
@@ -45,6 +47,7 @@ from raft.errors import (
 )
 from raft.frame_crypto import cluster_key
 from raft.full_snapshot import FullSnapshotBuilder
+from raft.membership_log import MembershipLog
 from raft.quorum_guard import LEADERSHIP_LOST, QuorumGuard
 from raft.settings import GroupStatus, LeadershipEvent, RaftSettings
 from raft.state_machine import NOOP_COMMAND, DurableStateMachine, StateMachine
@@ -86,7 +89,7 @@ def _fatal_corrupt_snapshot(group_id: str, path: str, exc: BaseException) -> Non
 fatal_corrupt_snapshot: Callable[[str, str, BaseException], None] = _fatal_corrupt_snapshot
 
 
-class _GroupSyncObj(QuorumGuard, patches.CoalescedAppendEntries, SyncObj):  # type: ignore[misc]  # PySyncObj is untyped
+class _GroupSyncObj(MembershipLog, QuorumGuard, patches.CoalescedAppendEntries, SyncObj):  # type: ignore[misc]  # PySyncObj is untyped
     """The SyncObj of one group; its single replicated method applies a command."""
 
     def __init__(self, owner: RaftGroup, *args: Any, **kwargs: Any) -> None:
@@ -156,6 +159,7 @@ class RaftGroup:
         self._barrier_term = -1  # term for which a barrier is in flight
         self._last_event: tuple[bool, str | None, int] | None = None
         self._destroyed = False
+        self._membership_term = -1  # term in which a membership change of ours is queued or uncommitted
 
     # --- construction / destruction (shard thread) -------------------------
 
@@ -183,7 +187,7 @@ class RaftGroup:
             deserializer=self._deserialize,
             serializeChecker=self._compaction.check,
             maxBindRetries=1,
-            dynamicMembershipChange=False,
+            dynamicMembershipChange=True,
             sendBufferSize=1 << 20,
             recvBufferSize=1 << 20,
         )
@@ -272,6 +276,12 @@ class RaftGroup:
     def _serialize(self, dump_path: str, raft_data: Any) -> None:
         # PySyncObj's serializer hook (with ``pysyncobj_patches``): start writing the dump; ``Compaction.check``
         # tells PySyncObj when it is in place.
+        so = self._so
+        if so is not None:
+            # PySyncObj records the configuration of the moment, which may hold a change appended after the
+            # snapshot's index (uncommitted: a new leader may truncate it). Record the one at the index.
+            voters = so.txb_configuration_at(int(raft_data[0][1]))
+            raft_data = (raft_data[0], raft_data[1], [patches.new_node(so, a) for a in sorted(voters)])
         if self._durable is not None:
             # The state is in the store: make it crash-proof, then record only where it stands (off the ticker).
             self._compaction.start(dump_path, raft_data, self._sm.last_applied, self._durable.make_durable, None)
@@ -282,6 +292,8 @@ class RaftGroup:
         self._compaction.invalidate()
         try:
             reader = snapshot.SnapshotReader(path)
+            if self._so is not None:
+                self._so.txb_note_snapshot(reader.raft_data)
             if reader.light:
                 # Our own compaction point: the store must already hold the state at or past it.
                 if self._sm.last_applied < reader.state_index:
@@ -430,6 +442,8 @@ class RaftGroup:
                     match_index=match,
                     connected=connected,
                     responsive=responsive,
+                    voters=so.txb_voters,
+                    learners=so.txb_learners if state == 2 else frozenset(),
                 )
             except RuntimeError:
                 continue  # a dict/set changed size while copied by the shard thread
@@ -458,3 +472,154 @@ class RaftGroup:
             so.transferLeadership(to, done)
 
         self._shard.call(run)
+
+    # --- membership ------------------------------------------------------------------------------
+
+    def voters(self) -> frozenset[str]:
+        """The group's configuration as this replica knows it (any thread).
+
+        Raft addresses of the voters, this node's own included when it is one. A
+        membership entry counts from the moment it is in this replica's log (Raft's
+        rule), committed or not; from the group's first tick on (milliseconds after
+        ``add_group``) it is the log's configuration, whatever ``members`` said."""
+        so = self._so
+        return frozenset(self.members) if so is None else so.txb_voters
+
+    def member_lag(self, address: str) -> int | None:
+        """On the leader: its last log index minus the match index of voter or learner ``address``.
+
+        0 for the leader itself; None when this node is not the leader or does not
+        replicate to ``address``. Right after a leader change every follower shows the
+        whole log until its first answer (a heartbeat later)."""
+        so = self._so
+        if so is None or self._destroyed or not so._isLeader():
+            return None
+        if address == self.self_address:
+            return 0
+        if address not in so.txb_voters and address not in so.txb_learners:
+            return None
+        try:
+            match = {str(n.id): int(i) for n, i in dict(patches.raft_match_index(so)).items()}
+            last_index = patches.last_log_position(so)[1]
+        except (RuntimeError, IndexError):  # resized (or the log replaced) by the shard thread meanwhile
+            return None
+        return membership.lag(last_index, match.get(address))
+
+    def learner_lag(self, address: str) -> int | None:
+        """``member_lag`` of a learner of this leader; None when ``address`` is not one."""
+        so = self._so
+        if so is None or address not in so.txb_learners:
+            return None
+        return self.member_lag(address)
+
+    def learners(self) -> frozenset[str]:
+        """The learners this node replicates to as leader (leader-local: not replicated); empty on a follower."""
+        so = self._so
+        return frozenset() if so is None or not so._isLeader() else so.txb_learners
+
+    async def change_membership(self, *, add: str | None = None, remove: str | None = None, timeout: float) -> None:
+        """Add or remove one voter; resolves when the change's entry is committed.
+
+        Exactly one of ``add``/``remove`` (``host:port``; ValueError otherwise). Only on the
+        ready leader (NotLeaderError). CannotRemoveLeader for the leader itself (transfer
+        leadership first). MembershipChangeInProgress while an earlier change is queued or
+        uncommitted (checked before the no-op case, so a retry after a timeout never returns
+        before the change committed). Adding a voter or removing a non-voter returns at once.
+        Adding a learner of this leader makes it a voter (keeping its replication progress).
+        RaftTimeoutError: outcome unknown (the change may still commit; ask ``voters()``).
+        RaftCommandFailed (e.g. LEADERSHIP_LOST): outcome unknown as well.
+        """
+        change = membership.requested(add, remove)  # ValueError
+        if self._so is None or not self.is_leader():
+            raise NotLeaderError(self.leader(), self.group_id)
+        loop = self._loop
+        committed: asyncio.Future[None] = loop.create_future()
+
+        def resolve(error: RaftError | None) -> None:
+            if committed.done():
+                return
+            if error is None:
+                committed.set_result(None)
+            else:
+                committed.set_exception(error)
+
+        def on_done(_result: Any, err: int) -> None:  # shard thread
+            self._membership_term = -1
+            error = None if err == FAIL_REASON.SUCCESS else self._membership_error(err)
+            self._shard.post(loop, functools.partial(resolve, error))
+
+        def propose() -> bool:  # shard thread; False: nothing to change
+            so = self._so
+            if so is None or self._destroyed or not self.is_leader():
+                raise NotLeaderError(self.leader(), self.group_id)
+            try:
+                plan = membership.plan_change(so.txb_voters, self.self_address, change)
+            except membership.RemovesLeader as e:
+                raise CannotRemoveLeader(f"group {self.group_id!r}: {e}") from e
+            if self._membership_term == so.raftCurrentTerm or so.txb_change_pending():
+                raise self._change_in_progress()
+            if plan is membership.Plan.NOTHING:
+                return False
+            self._membership_term = so.raftCurrentTerm
+            if change.op == membership.ADD:
+                so.addNodeToCluster(change.address, on_done)
+            else:
+                so.removeNodeFromCluster(change.address, on_done)
+            return True
+
+        try:
+            async with asyncio.timeout(timeout):
+                if await asyncio.wrap_future(self._shard.call(propose)):
+                    await committed
+        except TimeoutError as e:
+            raise RaftTimeoutError(
+                f"group {self.group_id!r}: membership change not committed within {timeout}s (outcome unknown)"
+            ) from e
+
+    def _membership_error(self, err: int) -> RaftError:
+        so = self._so
+        if err == FAIL_REASON.REQUEST_DENIED and so is not None:
+            if not so._isLeader():
+                return NotLeaderError(self.leader(), self.group_id)
+            if so.txb_change_pending():
+                return self._change_in_progress()
+        return self._error_for(err)
+
+    def _change_in_progress(self) -> MembershipChangeInProgress:
+        return MembershipChangeInProgress(f"group {self.group_id!r}: an earlier membership change is not committed")
+
+    async def add_learner(self, address: str, timeout: float) -> None:
+        """On the ready leader: replicate to ``address`` without counting it (``change_membership(add=)`` promotes it).
+
+        Leader-local, not replicated: after a leader change the new leader does not know the
+        learner (``learner_lag`` is None there; add it again, or promote it anyway). Returns
+        once the leader replicates to it; catching up shows in ``learner_lag``. A voter is no
+        learner: adding one returns at once. The node must run the group with ``members`` the
+        current voters plus itself, as for any node being added."""
+        membership.check_address(address)  # ValueError
+        if address == self.self_address:
+            raise ValueError("the leader cannot be its own learner")
+
+        def register() -> None:
+            so = self._so
+            if so is None or self._destroyed or not self.is_leader():
+                raise NotLeaderError(self.leader(), self.group_id)
+            so.txb_add_learner(address)
+
+        await self._on_shard(register, timeout)
+
+    async def remove_learner(self, address: str, timeout: float) -> None:
+        """Stop replicating to learner ``address`` (nothing when it is none)."""
+
+        def unregister() -> None:
+            so = self._so
+            if so is not None and not self._destroyed:
+                so.txb_remove_learner(address)
+
+        await self._on_shard(unregister, timeout)
+
+    async def _on_shard(self, fn: Callable[[], None], timeout: float) -> None:
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(self._shard.call(fn)), timeout)
+        except TimeoutError as e:
+            raise RaftTimeoutError(f"group {self.group_id!r}: no answer within {timeout}s") from e

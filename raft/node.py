@@ -135,9 +135,14 @@ class RaftNode:
         lazy_commit_notify: bool = False,
         delay_idle_commit_notify: bool = False,
     ) -> RaftGroup:
-        """Create and start this node's replica of ``group_id`` (static membership).
+        """Create and start this node's replica of ``group_id``.
 
-        ``members`` are all voters' raft addresses, including this node's.
+        ``members`` are the voters' raft addresses as the caller believes them, including
+        this node's: the group's configuration when its log says nothing else. From the
+        group's first tick on, the configuration of its snapshot and journal wins
+        (``raft.membership_log``), so a restart with stale members never brings back an
+        old configuration. A node about to be added (``RaftGroup.change_membership``)
+        passes the current voters plus itself.
         ``lazy_commit_notify``: followers of an otherwise idle group learn a
         new commit index from the next heartbeat instead of an AppendEntries
         round of its own (``RaftGroup``); ``delay_idle_commit_notify``: after

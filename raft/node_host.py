@@ -8,7 +8,16 @@ JSON reply per line on stdout, in order. Requests (``op``):
 * ``submit`` group, command (latin-1 text), timeout -> ``{"ok": result}`` or
   ``{"error": class name, "leader": addr}``
 * ``status`` group -> GroupStatus fields
-* ``sm`` group, attr -> ``{"ok": getattr(state_machine, attr)()}``
+* ``sm`` group, attr -> ``{"ok": getattr(state_machine, attr)()}`` (the attribute's value
+  when it is not callable)
+* ``voters`` group -> ``{"ok": [addresses]}``; ``learners`` likewise
+* ``change_membership`` group, add or remove, timeout -> ``{"ok": true}`` or an error
+* ``member_lag`` / ``learner_lag`` group, address -> ``{"ok": int|null}``
+* ``add_learner`` / ``remove_learner`` group, address, timeout -> ``{"ok": true}`` or an error
+* ``transfer`` group, to -> asks the leader to hand over (best effort)
+* ``batch`` requests -> ``{"ok": [replies]}``: the requests run concurrently
+* ``load`` group, key -> starts submitting ``add:<key>:1`` one after another
+  (retrying on errors) until ``load_stop`` group -> ``{"ok": committed, "errors": n}``
 * ``bench`` group, n, size, outstanding -> throughput and latency of n
   submits of ``size`` bytes with at most ``outstanding`` in flight
 * ``stop`` -> stops the node and exits
@@ -36,9 +45,15 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from raft.errors import NotLeaderError, RaftError
+from raft.group import RaftGroup
 from raft.node import RaftNode
 from raft.settings import RaftSettings
 from raft.state_machine import NOOP_COMMAND, StateMachine
+
+MEMBERSHIP_OPS = frozenset(
+    {"voters", "learners", "member_lag", "learner_lag", "transfer"}
+    | {"change_membership", "add_learner", "remove_learner"}
+)
 
 
 class ByteCountingStateMachine:
@@ -98,6 +113,7 @@ class Host:
         self.members = args.members.split(",")
         self.group_ids = [f"{args.prefix}{i}" for i in range(args.groups)]
         self.group_ids += [g for g in args.extra_groups.split(",") if g]
+        self.loads: dict[str, tuple[asyncio.Task[None], list[int]]] = {}
 
     def start(self) -> None:
         self.node.start()
@@ -116,6 +132,8 @@ class Host:
                 "leaders": {gid: g.leader() for gid, g in groups.items()},
                 "ready": [gid for gid, g in groups.items() if g.is_leader()],
             }
+        if op == "batch":
+            return {"ok": await asyncio.gather(*(self.handle(r) for r in req["requests"]))}
         group = self.node.group(req.get("group", ""))
         if op == "stop":
             self.node.stop()
@@ -140,12 +158,63 @@ class Host:
                 "last_applied": st.last_applied,
                 "match_index": st.match_index,
                 "connected": sorted(st.connected),
+                "voters": sorted(st.voters),
             }
         if op == "sm":
-            return {"ok": getattr(self.sms[group.group_id], req["attr"])()}
+            value = getattr(self.sms[group.group_id], req["attr"])
+            return {"ok": value() if callable(value) else value}
+        if op in MEMBERSHIP_OPS:
+            return await self.membership(group, op, req)
+        if op == "load":
+            counts = [0, 0]
+            task = asyncio.get_running_loop().create_task(self.load(group, req["key"], counts))
+            self.loads[group.group_id] = (task, counts)
+            return {"ok": True}
+        if op == "load_stop":
+            task, counts = self.loads.pop(group.group_id)
+            counts.append(-1)  # stop after the submit in flight (cancelling one may lose its count)
+            await task
+            return {"ok": counts[0], "errors": counts[1]}
         if op == "bench":
             return await self.bench(group.group_id, req["n"], req["size"], req["outstanding"])
         return {"error": f"unknown op {op!r}"}
+
+    async def membership(self, group: RaftGroup, op: str, req: dict[str, Any]) -> dict[str, Any]:
+        timeout = float(req.get("timeout", 10.0))
+        try:
+            if op == "voters":
+                return {"ok": sorted(group.voters())}
+            if op == "learners":
+                return {"ok": sorted(group.learners())}
+            if op == "member_lag":
+                return {"ok": group.member_lag(req["address"])}
+            if op == "learner_lag":
+                return {"ok": group.learner_lag(req["address"])}
+            if op == "transfer":
+                group.transfer_leadership(req["to"])
+                return {"ok": True}
+            if op == "change_membership":
+                await group.change_membership(add=req.get("add"), remove=req.get("remove"), timeout=timeout)
+            elif op == "add_learner":
+                await group.add_learner(req["address"], timeout)
+            else:
+                await group.remove_learner(req["address"], timeout)
+            return {"ok": True}
+        except NotLeaderError as e:
+            return {"error": "NotLeaderError", "leader": e.leader}
+        except (RaftError, ValueError) as e:
+            return {"error": type(e).__name__, "detail": str(e)}
+
+    async def load(self, group: RaftGroup, key: str, counts: list[int]) -> None:
+        """Submit ``add:<key>:1`` one at a time until ``counts`` grows; counts[0] committed, counts[1] errors."""
+        command = f"add:{key}:1".encode()
+        while len(counts) == 2:
+            try:
+                await group.submit(command, 5.0)
+                counts[0] += 1
+            except RaftError:
+                counts[1] += 1
+                await asyncio.sleep(0.05)
 
     async def bench(self, gid: str, n: int, size: int, outstanding: int) -> dict[str, Any]:
         group = self.node.group(gid)

@@ -572,6 +572,52 @@ def count_commands_waiting_commit(so: Any) -> int:
     return sum(len(v) for v in so._SyncObj__commandsWaitingCommit.values())
 
 
+def self_node(so: Any) -> Any:
+    return so._SyncObj__selfNode
+
+
+def readonly_nodes(so: Any) -> set[Any]:
+    """A leader replicates to these beside its voters, without counting them (PySyncObj's readonly nodes)."""
+    result: set[Any] = so._SyncObj__readonlyNodes
+    return result
+
+
+def new_node(so: Any, address: str) -> Any:
+    """A node object of the group's node class for ``address``."""
+    return so._SyncObj__nodeClass(address)
+
+
+def raft_commit_index(so: Any) -> int:
+    return int(so._SyncObj__raftCommitIndex)
+
+
+def raft_last_applied(so: Any) -> int:
+    return int(so._SyncObj__raftLastApplied)
+
+
+def leader_noop_index(so: Any) -> int | None:
+    """Index of the no-op this node appended when it last became leader (None: never led)."""
+    index = so._SyncObj__noopIDx
+    return None if index is None else int(index)
+
+
+def take_dump_load_pending(so: Any) -> bool:
+    """True (once) while PySyncObj has not yet loaded the dump file at its first tick; clears the flag."""
+    pending = bool(so.__dict__.get("_SyncObj__needLoadDumpFile"))
+    so._SyncObj__needLoadDumpFile = False
+    return pending
+
+
+def load_dump_file(so: Any) -> None:
+    """PySyncObj's own dump load (restart), with ``clearJournal=False``."""
+    so._SyncObj__loadDumpFile(False)
+
+
+def update_cluster_configuration(so: Any, others: list[str]) -> None:
+    """Make ``others`` the group's voters beside this node (PySyncObj's own, as after a snapshot)."""
+    so._SyncObj__updateClusterConfiguration(others)
+
+
 def close_pipe_notifier(so: Any) -> None:
     """Close the PipeNotifier's pipe (PySyncObj never closes it: 2 fds leak per group)."""
     notifier = so.__dict__.get("_SyncObj__pipeNotifier")
@@ -619,6 +665,12 @@ def audit() -> None:
         "_SyncObj__generateRaftTimeout",
         "_SyncObj__getCurrentLogTerm",
         "_SyncObj__setState",
+        "_SyncObj__changeCluster",
+        "_SyncObj__doChangeCluster",
+        "_SyncObj__doApplyCommand",
+        "_SyncObj__updateClusterConfiguration",
+        "addNodeToCluster",
+        "removeNodeFromCluster",
     ):
         if not hasattr(so_cls, name):
             problems.append(f"SyncObj.{name} missing")
@@ -692,11 +744,26 @@ def audit() -> None:
         "_SyncObj__raftLeader",
         "_SyncObj__commandsWaitingCommit",
         "_SyncObj__lastResponseTime",
+        "_SyncObj__readonlyNodes",
+        "_SyncObj__nodeClass",
+        "_SyncObj__noopIDx",
+        "_SyncObj__needLoadDumpFile",
+        "_SyncObj__raftCommitIndex",
+        "_SyncObj__raftLastApplied",
     }
     if not wanted_init <= init_names:
         problems.append(f"SyncObj.__init__ no longer sets {sorted(wanted_init - init_names)}")
     tick_names = set(_psc_syncobj.SyncObj._onTick.__code__.co_names)
     if not {"_SyncObj__raftElectionDeadline", "_SyncObj__transferInProgress", "leaderFallbackTimeout"} <= tick_names:
         problems.append("SyncObj._onTick no longer campaigns on the election deadline / falls back on quorum loss")
+    membership_calls = (
+        (so_cls._checkCommandsToApply, "_SyncObj__changeCluster"),
+        (so_cls._SyncObj__applyLogEntries, "_SyncObj__doApplyCommand"),
+        (so_cls._SyncObj__onMessageReceived, "_SyncObj__doChangeCluster"),
+        (so_cls._SyncObj__loadDumpFile, "_SyncObj__updateClusterConfiguration"),
+    )
+    for caller, callee in membership_calls:
+        if callee not in caller.__code__.co_names:
+            problems.append(f"SyncObj.{caller.__name__} no longer calls {callee} (raft.membership_log)")
     if problems:
         raise RuntimeError("PySyncObj internals changed: " + "; ".join(problems))

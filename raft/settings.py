@@ -94,3 +94,7 @@ class GroupStatus:
     # leader only: followers that answered within check_quorum_s (a TCP connection into a silent
     # network still counts as connected; an answer does not lie)
     responsive: frozenset[str] = frozenset()
+    # the configuration as this replica knows it (its own address included when it is a voter)
+    voters: frozenset[str] = frozenset()
+    # leader only: nodes it replicates to without counting them (``RaftGroup.add_learner``)
+    learners: frozenset[str] = frozenset()

@@ -4,8 +4,8 @@ Wire protocol of one connection: see ``raft.connection`` (raw preamble with
 the group id and the dialer's nonce, the acceptor's nonce, then AES-GCM
 frames under session keys bound to the cluster secret, both nonces and the
 group id). On top of it PySyncObj's own (unencrypted-mode) handshake: the
-dialer's first message is its Raft address, which must name a voter of the
-group.
+dialer's first message is its Raft address, which must name a voter (or a
+learner the leader replicates to) of the group.
 
 ``Listener`` (one per node, own thread) accepts, reads the preamble with a
 bounded length and a short deadline, and hands the socket and nonce to the
@@ -114,10 +114,11 @@ class SharedPortTransport(TCPTransport):  # type: ignore[misc]  # PySyncObj is u
         super()._onTick()
 
     def addNode(self, node: Any) -> None:
-        # Mirrors TCPTransport.addNode with our connection class.
+        # Mirrors TCPTransport.addNode with our connection class. A node that has a connection already
+        # (a learner becoming a voter: ``raft.membership_log``) keeps it.
         self._nodes.add(node)
         self._nodeAddrToNode[node.address] = node
-        if self._shouldConnect(node):
+        if node not in self._connections and self._shouldConnect(node):
             conn = self._new_connection()
             conn.setOnConnectedCallback(functools.partial(self._onOutgoingConnected, conn))
             conn.setOnMessageReceivedCallback(functools.partial(self._onMessageReceived, node))
