@@ -7,12 +7,13 @@ single-server changes, so any two majorities overlap):
 
 1. add the next node of the target that is not a voter yet (its replica runs
    already: ``ReplicaManager``/``InternalGroups`` start a group on every node
-   of a move), once every node added before it has caught up;
-2. when every target node is a voter and the added ones have caught up (within
-   ``reassignment_catch_up_entries`` of the leader's log), remove the voters
-   that are not in the target, one at a time; a leader that is leaving hands
-   its leadership to a caught-up target node first (PySyncObj's leader cannot
-   remove itself);
+   of a move), once every node added before it has caught up: first as a
+   learner (replicated to, counted for nothing), then, once within
+   ``reassignment_catch_up_entries`` of the leader's log, as a voter;
+2. when every target node is a voter, the added ones have caught up and a
+   majority of the target is caught up, remove the voters that are not in the
+   target, one at a time; a leader that is leaving hands its leadership to a
+   caught-up target node first (PySyncObj's leader cannot remove itself);
 3. when the voters are exactly the target, report the move complete to the
    controller, which makes the target the placement and ends the move; the
    nodes that left stop their replica and delete its data.
@@ -131,11 +132,25 @@ class ReassignmentDriver:
         if any(not self._caught_up(group, n) for n in joined):
             return "waiting for new replicas to catch up"
         for n in move.target:
-            if n not in voters:
-                await group.change_membership(add=self._address(n), timeout=self._timeout)
-                log.info("move of %s: node %d added to the voters", move.group_id, n)
-                return f"added {n}"
+            if n in voters:
+                continue
+            address = self._address(n)
+            if address not in group.learners():
+                # A learner first: it catches up without counting for commits, so the group's quorum is never
+                # waiting for an empty log. Learners live on the leader only: a new leader adds it again.
+                await group.add_learner(address, timeout=self._timeout)
+                log.info("move of %s: node %d replicates as a learner", move.group_id, n)
+                return f"learner {n}"
+            lag = group.learner_lag(address)
+            if lag is None or lag > self._config.reassignment_catch_up_entries:
+                return f"waiting for learner {n} to catch up"
+            await group.change_membership(add=address, timeout=self._timeout)
+            log.info("move of %s: node %d added to the voters", move.group_id, n)
+            return f"added {n}"
         leaving = sorted(voters - set(move.target))
+        if leaving and not self._target_quorum_caught_up(group, move.target):
+            # Removing a voter while most of the target is not answering would cost the leader its quorum.
+            return "waiting for a majority of the target to be caught up"
         if me in leaving:
             ready = [n for n in move.target if n in voters and self._caught_up(group, n)]
             if ready:
@@ -150,6 +165,11 @@ class ReassignmentDriver:
         await self._controller.submit_at_leader(complete_reassignment_command(move.group_id, voters))
         log.info("move of %s complete: replicas %s", move.group_id, list(move.target))
         return "complete"
+
+    def _target_quorum_caught_up(self, group: RaftGroup, target: tuple[int, ...]) -> bool:
+        me = self._config.node_id
+        fit = sum(1 for n in target if n == me or self._caught_up(group, n))
+        return fit > len(target) // 2
 
     def progress(self, move: Reassignment) -> dict[str, Any] | None:
         """The move as its group's leader sees it (None when this node does not lead the group)."""

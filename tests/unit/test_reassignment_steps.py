@@ -23,16 +23,29 @@ class FakeGroup:
         self.changes: list[tuple[str, str]] = []
         self.transfers: list[str] = []
 
+        self._learners: set[str] = set()
+
     def voters(self) -> frozenset[str]:
         return frozenset(self._voters)
 
+    def learners(self) -> frozenset[str]:
+        return frozenset(self._learners)
+
     def member_lag(self, address: str) -> int | None:
-        return self.lag.get(address) if address in self._voters else None
+        return self.lag.get(address) if address in self._voters | self._learners else None
+
+    def learner_lag(self, address: str) -> int | None:
+        return self.lag.get(address) if address in self._learners else None
+
+    async def add_learner(self, address: str, timeout: float) -> None:
+        self._learners.add(address)
+        self.lag[address] = 10_000
+        self.changes.append(("learner", address))
 
     async def change_membership(self, *, add: str | None = None, remove: str | None = None, timeout: float) -> None:
         if add is not None:
             self._voters.add(add)
-            self.lag[add] = 10_000
+            self._learners.discard(add)
             self.changes.append(("add", add))
         if remove is not None:
             self._voters.discard(remove)
@@ -71,22 +84,23 @@ def test_add_catch_up_hand_over_remove_complete(tmp_path: Path) -> None:
     [a1] = addr(nodes, 1)
     [a2] = addr(nodes, 2)
     [a4] = addr(nodes, 4)
-    group.lag = {a2: 0}
+    group.lag = {a2: 0, **{a: 0 for a in addr(nodes, 3)}}
 
     async def steps() -> None:
-        assert await d1.step(group, move) == "added 4"  # type: ignore[arg-type]
-        assert group.changes == [("add", a4)]
-        # node 4 has an empty log: nothing else changes until it caught up
-        assert await d1.step(group, move) == "waiting for new replicas to catch up"  # type: ignore[arg-type]
+        assert await d1.step(group, move) == "learner 4"  # type: ignore[arg-type]
+        # node 4 has an empty log: it stays a learner, counted for nothing, until it caught up
+        assert await d1.step(group, move) == "waiting for learner 4 to catch up"  # type: ignore[arg-type]
         group.lag[a4] = 3
+        assert await d1.step(group, move) == "added 4"  # type: ignore[arg-type]
+        assert group.changes == [("learner", a4), ("add", a4)]
         # the leader itself leaves: it hands its leadership to a caught-up target node first
         assert await d1.step(group, move) == "leadership to 2"  # type: ignore[arg-type]
-        assert group.transfers == [a2] and group.changes == [("add", a4)]
+        assert group.transfers == [a2] and group.changes == [("learner", a4), ("add", a4)]
 
     asyncio.run(steps())
     # node 2 leads now and removes node 1, then reports the move complete
     d2, c2, _ = driver(tmp_path, 2)
-    group.lag = {a4: 0, a1: 0}
+    group.lag = {a4: 0, a1: 0, **{a: 0 for a in addr(nodes, 3)}}
 
     async def rest() -> None:
         assert await d2.step(group, move) == "removed 1"  # type: ignore[arg-type]
@@ -108,3 +122,15 @@ def test_a_removal_waits_for_the_new_replicas(tmp_path: Path, lag: int | None) -
         group.lag[a4] = lag
     assert asyncio.run(d.step(group, move)) == "waiting for new replicas to catch up"  # type: ignore[arg-type]
     assert group.changes == [] and c.commands == []
+
+
+def test_a_removal_waits_for_a_majority_of_the_target(tmp_path: Path) -> None:
+    move = Reassignment("t1p0", "t", 0, (1, 2, 3, 4), (1, 2, 3), 0)
+    d, _, nodes = driver(tmp_path, 1)
+    group = FakeGroup(addr(nodes, 1, 2, 3, 4))
+    # nodes 2 and 3 (just restarted) are not caught up: removing 4 could cost the leader its quorum
+    assert asyncio.run(d.step(group, move)) == "waiting for a majority of the target to be caught up"  # type: ignore[arg-type]
+    group.lag = {a: 0 for a in addr(nodes, 2)}
+    [a4] = addr(nodes, 4)
+    assert asyncio.run(d.step(group, move)) == "removed 4"  # type: ignore[arg-type]
+    assert group.changes == [("remove", a4)]
