@@ -25,9 +25,10 @@ same way. Requests keep being served throughout: a membership change is one
 more entry in the group's log.
 
 On the controller leader the driver also records the founders as registered
-nodes once, gives every registered node that answers a controller vote, and
-finishes decommissions: a decommissioning node that holds nothing any more
-loses its controller vote and becomes ``decommissioned``.
+nodes once, gives every active registered node that answers a controller vote,
+and finishes decommissions: a decommissioning node that holds nothing any more
+becomes ``decommissioned`` (while it still votes, so its own replica learns it),
+then loses its controller vote.
 """
 
 from __future__ import annotations
@@ -45,7 +46,14 @@ from .background import every
 from .cluster_nodes import ClusterNodes
 from .config import NodeConfig
 from .controller_service import ControllerService
-from .controller_view import NODE_DECOMMISSIONED, NODE_DECOMMISSIONING, ControllerView, NodeRecord, Reassignment
+from .controller_view import (
+    NODE_ACTIVE,
+    NODE_DECOMMISSIONED,
+    NODE_DECOMMISSIONING,
+    ControllerView,
+    NodeRecord,
+    Reassignment,
+)
 from .membership import complete_reassignment_command, holds_anything, seed_nodes_command, set_node_state_command
 from .peers import PeerView
 
@@ -197,20 +205,20 @@ class ReassignmentDriver:
             return
         voters = self._ids(group.voters())
         for rec in sorted(view.nodes.values(), key=lambda r: r.node_id):
-            if rec.state != NODE_DECOMMISSIONED and rec.node_id not in voters and self._peer_view.is_alive(rec.node_id):
+            if rec.state == NODE_ACTIVE and rec.node_id not in voters and self._peer_view.is_alive(rec.node_id):
                 await group.change_membership(add=rec.address.raft_address, timeout=self._timeout)
                 log.info("node %d has a controller vote", rec.node_id)
                 return
         internal = self._internal_placements()
         for rec in sorted(view.nodes.values(), key=lambda r: r.node_id):
-            if rec.state != NODE_DECOMMISSIONING or holds_anything(view, rec.node_id, internal):
-                continue
-            if rec.node_id in voters:
+            if rec.state == NODE_DECOMMISSIONING and not holds_anything(view, rec.node_id, internal):
+                # Recorded while the node still votes, so its own replica learns it too.
+                await self._controller.submit_command(set_node_state_command(rec.node_id, NODE_DECOMMISSIONED))
+                log.info("node %d is decommissioned", rec.node_id)
+                return
+            if rec.state == NODE_DECOMMISSIONED and rec.node_id in voters:
                 await self._drop_controller_vote(group, rec, voters)
                 return
-            await self._controller.submit_command(set_node_state_command(rec.node_id, NODE_DECOMMISSIONED))
-            log.info("node %d is decommissioned", rec.node_id)
-            return
 
     async def _drop_controller_vote(self, group: RaftGroup, rec: NodeRecord, voters: set[int]) -> None:
         if rec.node_id == self._config.node_id:
@@ -218,5 +226,8 @@ class ReassignmentDriver:
             if others:
                 group.transfer_leadership(self._address(others[0]))
             return
+        lag = group.member_lag(rec.address.raft_address)
+        if lag is not None and lag > 0 and self._peer_view.is_alive(rec.node_id):
+            return  # let it apply its decommissioned state first (a stopped node needs nothing more)
         await group.change_membership(remove=rec.address.raft_address, timeout=self._timeout)
         log.info("node %d gave up its controller vote", rec.node_id)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from clients import Consumer, Producer
-from clients.records import RecordMetadata, TopicPartition
+from clients.records import RecordMetadata
 from cluster.config import load_config
 
 from ..support.cluster import REPO, LocalCluster, http, wait_for
@@ -51,7 +51,7 @@ class Load:
             self.sent.append(value)
             fut = self._producer.send(topic, value=value, partition=partition)
             try:
-                self.acked[value] = fut.get(timeout=60)
+                self.acked[value] = fut.result(timeout=60)
             except Exception as exc:  # a record may fail; it must then be in the log at most once
                 self.errors.append(exc)
             time.sleep(0.01)
@@ -69,7 +69,7 @@ class OperatedCluster:
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "cluster", *args, "--bootstrap", ",".join(self.c.urls)],
-            capture_output=True, text=True, timeout=120, cwd=str(REPO), check=False,
+            capture_output=True, text=True, timeout=200, cwd=str(REPO), check=False,
         )  # fmt: skip
 
     def adopt(self, path: Path) -> int:
@@ -131,7 +131,7 @@ def test_a_partition_moves_onto_the_new_node_under_load(oc: OperatedCluster) -> 
         txn.send(TOPIC, value=v, partition=0)
     txn.flush()
     consumer = Consumer(c.urls, isolation_level="read_committed")
-    consumer.assign([TopicPartition(TOPIC, 0)])
+    consumer.assign([(TOPIC, 0)])
     consumer.seek_to_beginning()
     seen: list[bytes] = []
     wait_for(lambda: len(idem.acked) >= 20, 30, "records before the move")
@@ -254,8 +254,8 @@ def test_decommission_under_load_leaves_nothing_behind(oc: OperatedCluster) -> N
         p.send(OTHER, value=b"txn-after", partition=0)
         p.commit_transaction()
     cons = Consumer([c.url(2)], group_id="after-decommission", isolation_level="read_committed")
-    cons.assign([TopicPartition(OTHER, 0)])
-    cons.commit({TopicPartition(OTHER, 0): 3})
-    assert cons.committed(TopicPartition(OTHER, 0)) == 3
+    cons.assign([(OTHER, 0)])
+    cons.commit({(OTHER, 0): 3})
+    assert cons.committed((OTHER, 0)) == 3
     cons.close()
     assert c.is_ready(2) and c.is_ready(3) and c.is_ready(4)
