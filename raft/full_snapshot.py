@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -74,6 +75,8 @@ class FullSnapshotBuilder:
             if self._building_for is None and not self._closed:
                 self._building_for = ident
                 state_index, write_body = self._sm.consistent_snapshot()  # the view is taken here, on the ticker
+                logger.info("group %r: building a full snapshot at state index %d for a follower", self.group_id,
+                            state_index)  # fmt: skip
                 threading.Thread(
                     target=self._build,
                     args=(ident, reader.raft_data, state_index, write_body),
@@ -87,12 +90,19 @@ class FullSnapshotBuilder:
     ) -> None:
         tmp = self.full_path + ".tmp"
         ok = False
+        started = time.monotonic()
         try:
             snapshot.write_snapshot(tmp, raft_data, state_index, write_body)
             os.replace(tmp, self.full_path)
             ok = True
             self.builds += 1
-            logger.info("group %r: full snapshot at state index %d built for a follower", self.group_id, state_index)
+            logger.info(
+                "group %r: full snapshot at state index %d built for a follower (%.1f MiB in %.1f s)",
+                self.group_id,
+                state_index,
+                os.path.getsize(self.full_path) / (1 << 20),
+                time.monotonic() - started,
+            )
         except Exception:
             logger.exception("group %r: building a full snapshot failed (retried on the next request)", self.group_id)
             with contextlib.suppress(OSError):
