@@ -7,7 +7,10 @@ snapshot file to stream: this builder answers "not yet" (None), copies the
 state from one consistent view on a background thread, and from then on
 hands out the full file -- until the next compaction writes a new light
 snapshot, which makes the full one stale (its Raft metadata must be the
-current compaction point, where the leader's log now starts).
+current compaction point, where the leader's log now starts). The full file
+is a copy of the group's state: it is removed when the next one is built, when
+the group closes, and at start (one left by a previous process is never handed
+out); it is not fsynced, since nothing trusts it after a crash.
 
 The full container carries the light one's Raft metadata and the state
 index of the view it copied, which may be later: the follower restores the
@@ -46,6 +49,13 @@ class FullSnapshotBuilder:
         self._building_for: tuple[int, int] | None = None
         self._closed = False
         self.builds = 0
+        self._discard()  # a previous process's file: its identity is unknown, so it is never handed out
+
+    def _discard(self) -> None:
+        """Remove the full file and its temporary (an open transmission keeps reading an unlinked file)."""
+        for path in (self.full_path, self.full_path + ".tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     def _identity(self) -> tuple[int, int] | None:
         try:
@@ -75,6 +85,10 @@ class FullSnapshotBuilder:
             if self._building_for is None and not self._closed:
                 self._building_for = ident
                 state_index, write_body = self._sm.consistent_snapshot()  # the view is taken here, on the ticker
+                if self._ready_for is not None:  # stale now: free its space before the next copy is written
+                    self._ready_for = None
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self.full_path)
                 logger.info("group %r: building a full snapshot at state index %d for a follower", self.group_id,
                             state_index)  # fmt: skip
                 threading.Thread(
@@ -92,7 +106,7 @@ class FullSnapshotBuilder:
         ok = False
         started = time.monotonic()
         try:
-            snapshot.write_snapshot(tmp, raft_data, state_index, write_body)
+            snapshot.write_snapshot(tmp, raft_data, state_index, write_body, sync=False)
             os.replace(tmp, self.full_path)
             ok = True
             self.builds += 1
@@ -113,5 +127,8 @@ class FullSnapshotBuilder:
                 self._ready_for = ident
 
     def close(self) -> None:
+        """Stop building; the full file goes (a build still running leaves its file to the next start)."""
         with self._lock:
             self._closed = True
+            self._ready_for = None
+            self._discard()
