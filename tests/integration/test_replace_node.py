@@ -209,8 +209,12 @@ def test_the_peers_keep_their_leaders_and_terms_and_accept_the_node(world: World
     assert not any(v == 1 for v in mine["is_leader"].values()), "an empty log won an election"
     for n in others:
         assert "truncating already-applied" not in c.log_text(n)
-        status, body = http("GET", c.url(n) + "/v1/cluster")
-        assert status == 200 and all(node["alive"] for node in body["nodes"]), body
+
+        def all_alive(n: int = n) -> bool:  # the peer poll (once a second) sees the node back
+            status, body = http("GET", c.url(n) + "/v1/cluster")
+            return status == 200 and all(node["alive"] for node in body["nodes"])
+
+        wait_for(all_alive, 10, f"node {n} seeing every node alive")
     # Node calls: node 2 routes a produce to a partition another node leads (a signed call it makes).
     q = next(q for q in range(PARTITIONS) if c.leader(TOPIC, q) != REPLACED)
     body = {"records": [{"partition": q, "value": base64.b64encode(b"routed").decode()}]}
