@@ -2,8 +2,8 @@
 
 API.md "Operating a cluster": such a node catches up from its peers. One
 3-node cluster for the module: records from an idempotent producer and from
-committed and aborted transactions (with offsets sent to a transaction), and
-plain committed group offsets. Node 2 is SIGKILLed, its data directory
+committed and aborted transactions (with offsets sent to a transaction),
+plain committed group offsets, a user and an ACL. Node 2 is SIGKILLed, its data directory
 removed, and the node started again with the same config file. Its Raft logs
 start empty, and every group it belongs to -- the topic's partitions, the
 ``__transaction_state`` and ``__consumer_offsets`` partitions and the
@@ -38,6 +38,9 @@ TXN_ID = "replace-txn"
 PLAIN_GROUP = "g-plain"
 TXN_GROUP = "g-txn"
 REPLACED = 2
+USER = "replace-user"
+ACL = {"principal": f"User:{USER}", "host": "*", "resource_type": "TOPIC", "resource_name": TOPIC,
+       "pattern_type": "LITERAL", "operation": "READ", "permission": "ALLOW"}  # fmt: skip
 Key = tuple[str, str]  # (topic label, partition label) of a Raft group in /metrics
 
 
@@ -121,6 +124,11 @@ def write_everything(c: LocalCluster, w: World) -> None:
     with Consumer(urls[0], group_id=PLAIN_GROUP, enable_auto_commit=False) as consumer:
         consumer.assign(list(w.plain_offsets))
         consumer.commit({tp: OffsetAndMetadata(o) for tp, o in w.plain_offsets.items()})
+    # A user and an ACL: the controller's state (an open node takes them as a secure one does)
+    status, res = http("PUT", c.url(1) + f"/v1/users/{USER}", {"password": "replace-secret", "iterations": 4096})
+    assert status == 200, res
+    status, res = http("POST", c.url(1) + "/v1/acls", ACL)
+    assert status == 201, res
     for node in range(1, c.n + 1):  # a producer id from every node's current block
         status, res = http("POST", c.url(node) + "/v1/producers/init", {"transactional_id": None})
         assert status == 200, res
@@ -193,6 +201,10 @@ def test_the_replaced_node_becomes_ready_and_catches_up_on_every_group(world: Wo
     for q in range(PARTITIONS):  # its own copy, read locally: every record, aborted ones filtered
         local = [v for _, v in http_read(c.url(REPLACED), TOPIC, q, "read_committed", read_replica="any")]
         assert local == world.committed[q]
+    status, users = http("GET", c.url(REPLACED) + "/v1/users")  # node 2's own controller replica answers
+    assert status == 200 and USER in [u["name"] for u in users["users"]], users
+    status, acls = http("GET", c.url(REPLACED) + f"/v1/acls?principal=User:{USER}")
+    assert status == 200 and acls["acls"] == [ACL], acls
     restored = c.log_text(REPLACED).count("restored state machine from snapshot")
     assert restored >= PARTITIONS + 1, "the leaders' logs were not compacted: the snapshot path went untested"
 
