@@ -498,6 +498,7 @@ EXTRA_BENCHES = {
     "spark": "bench.spark",  # Spark batch read/write vs the Python clients
     "authz": "bench.authz",  # one authorization decision with 10,000 ACLs; credential cache hit vs miss
     "secure": "bench.secure",  # producer throughput and latency, TLS + Basic + ACLs against a plain cluster
+    "catchup": "bench.catchup",  # a replaced node's catch-up time against the time the data took to write
 }
 
 

@@ -7,7 +7,10 @@ snapshot file to stream: this builder answers "not yet" (None), copies the
 state from one consistent view on a background thread, and from then on
 hands out the full file -- until the next compaction writes a new light
 snapshot, which makes the full one stale (its Raft metadata must be the
-current compaction point, where the leader's log now starts).
+current compaction point, where the leader's log now starts). The full file
+is a copy of the group's state: it is removed when the next one is built, when
+the group closes, and at start (one left by a previous process is never handed
+out); it is not fsynced, since nothing trusts it after a crash.
 
 The full container carries the light one's Raft metadata and the state
 index of the view it copied, which may be later: the follower restores the
@@ -21,6 +24,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -45,6 +49,13 @@ class FullSnapshotBuilder:
         self._building_for: tuple[int, int] | None = None
         self._closed = False
         self.builds = 0
+        self._discard()  # a previous process's file: its identity is unknown, so it is never handed out
+
+    def _discard(self) -> None:
+        """Remove the full file and its temporary (an open transmission keeps reading an unlinked file)."""
+        for path in (self.full_path, self.full_path + ".tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     def _identity(self) -> tuple[int, int] | None:
         try:
@@ -74,6 +85,12 @@ class FullSnapshotBuilder:
             if self._building_for is None and not self._closed:
                 self._building_for = ident
                 state_index, write_body = self._sm.consistent_snapshot()  # the view is taken here, on the ticker
+                if self._ready_for is not None:  # stale now: free its space before the next copy is written
+                    self._ready_for = None
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self.full_path)
+                logger.info("group %r: building a full snapshot at state index %d for a follower", self.group_id,
+                            state_index)  # fmt: skip
                 threading.Thread(
                     target=self._build,
                     args=(ident, reader.raft_data, state_index, write_body),
@@ -87,12 +104,19 @@ class FullSnapshotBuilder:
     ) -> None:
         tmp = self.full_path + ".tmp"
         ok = False
+        started = time.monotonic()
         try:
-            snapshot.write_snapshot(tmp, raft_data, state_index, write_body)
+            snapshot.write_snapshot(tmp, raft_data, state_index, write_body, sync=False)
             os.replace(tmp, self.full_path)
             ok = True
             self.builds += 1
-            logger.info("group %r: full snapshot at state index %d built for a follower", self.group_id, state_index)
+            logger.info(
+                "group %r: full snapshot at state index %d built for a follower (%.1f MiB in %.1f s)",
+                self.group_id,
+                state_index,
+                os.path.getsize(self.full_path) / (1 << 20),
+                time.monotonic() - started,
+            )
         except Exception:
             logger.exception("group %r: building a full snapshot failed (retried on the next request)", self.group_id)
             with contextlib.suppress(OSError):
@@ -103,5 +127,8 @@ class FullSnapshotBuilder:
                 self._ready_for = ident
 
     def close(self) -> None:
+        """Stop building; the full file goes (a build still running leaves its file to the next start)."""
         with self._lock:
             self._closed = True
+            self._ready_for = None
+            self._discard()

@@ -9,6 +9,9 @@
   and on heal it follows the majority's leader instead of deposing it. A
   campaign asked for by the leader (``TimeoutNow``, leadership transfer) skips
   the pre-vote, as in etcd.
+* **Snapshot answers.** A follower answers every snapshot message of its
+  leader (PySyncObj's answers only the install), so a follower that waits for
+  a snapshot, or receives one, counts as heard for the leader's check quorum.
 * **Check quorum.** A leader that has not heard from a majority (itself
   included) within ``check_quorum_s`` steps down. ``RaftSettings`` keeps that
   window below the minimum election timeout, so a deposed leader has stepped
@@ -153,11 +156,26 @@ class QuorumGuard:
         if kind == PRE_VOTE_RESPONSE:
             self._txb_on_pre_vote_response(node, message)
             return
-        if kind == "append_entries" and message.get("term", -1) >= self.raftCurrentTerm:  # type: ignore[attr-defined]
+        current = kind == "append_entries" and message.get("term", -1) >= self.raftCurrentTerm  # type: ignore[attr-defined]
+        if current:
             self._txb_leader_contact = patches.syncobj_clock()
             self._txb_campaign = False
             self._txb_round = None
         super()._SyncObj__onMessageReceived(node, message)  # type: ignore[misc]  # SyncObj provides it
+        if current and "serialized" in message:
+            self._txb_ack_snapshot_message(node)
+
+    def _txb_ack_snapshot_message(self, node: Any) -> None:
+        """Answer a leader's snapshot message (a chunk, or "not built yet") so it counts this follower as heard.
+
+        PySyncObj's follower answers a snapshot only once it is installed: for a large one, the leader's
+        build and the transfer take many election timeouts, the follower stays silent meanwhile, and the
+        leader's check quorum rests on its other followers alone. The answer changes nothing on the leader
+        but the follower's last response time (``next_node_idx`` with neither ``reset`` nor ``success``).
+        """
+        _term, last_index = patches.last_log_position(self)
+        answer = {"type": "next_node_idx", "next_node_idx": last_index + 1, "reset": False, "success": False}
+        patches.transport_of(self).send(node, answer)
 
     def _txb_on_pre_vote(self, node: Any, message: dict[str, Any]) -> None:
         try:

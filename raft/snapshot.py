@@ -24,7 +24,9 @@ node only; a follower is always sent a full container.
 
 The raftData pickle is only ever read from a local file or from a snapshot
 streamed over an authenticated (AES-GCM) connection, and only after the
-SHA-256 trailer verified. The file is fsynced before PySyncObj renames it.
+SHA-256 trailer verified. The file is fsynced before PySyncObj renames it
+(the full snapshot built for a follower is not: it is rebuilt after a crash,
+never reused).
 """
 
 from __future__ import annotations
@@ -54,29 +56,48 @@ def write_snapshot(
     raft_data: Any,
     state_index: int,
     write_body: Callable[[BinaryIO], None] | None,
+    *,
+    sync: bool = True,
 ) -> None:
     """Write a complete container to ``path`` (not renamed; PySyncObj renames it).
 
-    ``write_body`` None writes a light container (no body).
+    ``write_body`` None writes a light container (no body). The digest is
+    computed as the bytes go out (one pass over the body). ``sync`` False
+    skips the fsync: for a file that is rebuilt rather than trusted after a
+    crash (the full snapshot built for a follower).
     """
     raft_blob = pickle.dumps(raft_data, protocol=4)
-    with open(path, "w+b") as f:
+    with open(path, "wb") as f:
+        out = _HashingWriter(f)
         version = VERSION if write_body is not None else LIGHT_VERSION
-        f.write(_HEADER.pack(MAGIC, version, state_index, len(raft_blob)))
-        f.write(raft_blob)
-        body_start = f.tell()
+        out.write(_HEADER.pack(MAGIC, version, state_index, len(raft_blob)))
+        out.write(raft_blob)
+        body_start = out.written
         if write_body is not None:
-            write_body(cast(BinaryIO, f))
-        f.seek(0, io.SEEK_END)
-        body_len = f.tell() - body_start
-        f.write(_BODY_LEN.pack(body_len))
+            write_body(cast(BinaryIO, out))
+        out.write(_BODY_LEN.pack(out.written - body_start))
+        f.write(out.digest())
         f.flush()
-        f.seek(0)
-        digest = _hash_prefix(f, body_start + body_len + _BODY_LEN.size)
-        f.seek(0, io.SEEK_END)
-        f.write(digest)
-        f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
+
+
+class _HashingWriter:
+    """The file a container's bytes go to, hashing them on the way (``write`` is all a body writer calls)."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+        self._hash = hashlib.sha256()
+        self.written = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        self._hash.update(data)
+        n = self._f.write(data)
+        self.written += len(data)
+        return n
+
+    def digest(self) -> bytes:
+        return self._hash.digest()
 
 
 def _hash_prefix(f: IO[bytes], length: int) -> bytes:
