@@ -32,7 +32,11 @@ def _cli(demo: Any, *args: str) -> str:
 
 
 def stage_operate(
-    demo: Any, producer: Any, acked: dict[int, list[str]], read_all: Callable[..., list[str]], say: Callable[[str], None]
+    demo: Any,
+    producer: Any,
+    acked: dict[int, list[str]],
+    read_all: Callable[..., list[str]],
+    say: Callable[[str], None],
 ) -> None:
     say("== adding a 4th node: txbroker cluster add-node, then txbroker node start")
     for line in _cli(demo, "cluster", "add-node", "--dir", str(demo.dir)).splitlines():
@@ -63,7 +67,8 @@ def stage_operate(
         written += 1
         if time.monotonic() - t0 > 120:
             raise SystemExit("the move of orders-0 did not complete")
-    say(f"   moved in {time.monotonic() - t0:.1f}s by Raft membership changes; {written * 50} records written meanwhile")
+    took = time.monotonic() - t0
+    say(f"   moved in {took:.1f}s by Raft membership changes; {written * 50} records written meanwhile")
     deadline = time.monotonic() + 30
     while read_all(demo, "orders", 0, 4) != acked[0]:
         if time.monotonic() > deadline:
