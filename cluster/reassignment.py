@@ -170,6 +170,9 @@ class ReassignmentDriver:
             await group.change_membership(remove=self._address(leaving[0]), timeout=self._timeout)
             log.info("move of %s: node %d removed from the voters", move.group_id, leaving[0])
             return f"removed {leaving[0]}"
+        for address in group.learners():  # a node a cancelled move had begun to add
+            if address not in {self._address(n) for n in move.target}:
+                await group.remove_learner(address, timeout=self._timeout)
         await self._controller.submit_at_leader(complete_reassignment_command(move.group_id, voters))
         log.info("move of %s complete: replicas %s", move.group_id, list(move.target))
         return "complete"

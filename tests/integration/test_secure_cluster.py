@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import ssl
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import REPO, LocalCluster, cluster_init_secure, http
+from tests.support.cluster import REPO, LocalCluster, cluster_init_secure, http, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +68,43 @@ def test_secure_cluster_serves_https_only(secure_cluster: LocalCluster) -> None:
     for p in d.rglob("*"):
         if p.is_file() and p.name != "admin.toml":
             assert password not in p.read_bytes(), p
+
+
+def test_a_node_added_to_a_secure_cluster_gets_its_certificate_and_joins(secure_cluster: LocalCluster) -> None:
+    d = secure_cluster.dir
+    admin_cfg = tomllib.loads((d / "admin.toml").read_text())
+    auth = "Basic " + base64.b64encode(f"admin:{admin_cfg['password']}".encode()).decode()
+
+    def admin_known() -> bool:  # the controller leader records the bootstrap users once elected
+        status, _ = http("GET", secure_cluster.url(1) + "/v1/whoami", headers={"Authorization": auth},
+                         context=secure_cluster.ssl_context, timeout=10)  # fmt: skip
+        return status == 200
+
+    wait_for(admin_known, 60, "the bootstrap admin user")
+    res = subprocess.run(
+        [sys.executable, "-m", "cluster", "cluster", "add-node", "--dir", str(d), "--command-config",
+         str(d / "admin.toml")],
+        capture_output=True, text=True, timeout=60, cwd=str(REPO), check=False,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert secure_cluster.adopt(d / "node-4.toml") == 4
+    assert (d / "certs" / "node-4.pem").is_file() and "https://" in res.stdout
+    new = secure_cluster.configs[3]
+    assert f'"{new.host}:{new.http_port}"' in (d / "prometheus.yml").read_text()  # scraped too
+    secure_cluster.start_node(4)
+    secure_cluster.wait_ready(timeout=60)
+
+    def voter() -> bool:
+        status, body = http("GET", secure_cluster.url(4) + "/v1/nodes/4", headers={"Authorization": auth},
+                            context=secure_cluster.ssl_context, timeout=10)  # fmt: skip
+        return status == 200 and body["controller_voter"] and body["alive"]
+
+    wait_for(voter, 60, "node 4's controller vote over HTTPS")
+    # registering needs ALTER on the cluster: an anonymous caller is refused, nothing changes
+    node = {"host": "127.0.0.1", "http_port": 7, "raft_port": 8}
+    status, body = http("POST", secure_cluster.url(1) + "/v1/nodes", node, context=secure_cluster.ssl_context)
+    assert status == 401, body
 
 
 def test_open_node_warns_at_start(tmp_path: Path) -> None:

@@ -186,6 +186,15 @@ class LocalCluster:
             self.ssl_context = ssl.create_default_context(cafile=str(sec.tls_ca_file) if sec.tls_ca_file else None)
         return self
 
+    def adopt(self, path: Path) -> int:
+        """Take in the node whose config ``txbroker cluster add-node`` wrote at ``path`` (the next id)."""
+        cfg = load_config(path)
+        assert cfg.node_id == len(self.configs) + 1, f"{path} is node {cfg.node_id}, not the next one"
+        self.configs.append(cfg)
+        self.paths.append(path)
+        self.n += 1
+        return cfg.node_id
+
     # ---- processes -------------------------------------------------------------
 
     def url(self, node_id: int) -> str:

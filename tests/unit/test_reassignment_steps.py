@@ -37,6 +37,10 @@ class FakeGroup:
     def learner_lag(self, address: str) -> int | None:
         return self.lag.get(address) if address in self._learners else None
 
+    async def remove_learner(self, address: str, timeout: float) -> None:
+        self._learners.discard(address)
+        self.changes.append(("unlearn", address))
+
     async def add_learner(self, address: str, timeout: float) -> None:
         self._learners.add(address)
         self.lag[address] = 10_000
@@ -134,3 +138,14 @@ def test_a_removal_waits_for_a_majority_of_the_target(tmp_path: Path) -> None:
     [a4] = addr(nodes, 4)
     assert asyncio.run(d.step(group, move)) == "removed 4"  # type: ignore[arg-type]
     assert group.changes == [("remove", a4)]
+
+
+def test_a_cancelled_move_drops_the_learner_it_had_begun_to_add(tmp_path: Path) -> None:
+    back = Reassignment("t1p0", "t", 0, (4, 2, 3), (1, 2, 3), 0, cancelled=True)
+    d, c, nodes = driver(tmp_path, 1)
+    group = FakeGroup(addr(nodes, 1, 2, 3))
+    [a4] = addr(nodes, 4)
+    asyncio.run(group.add_learner(a4, 1.0))
+    assert asyncio.run(d.step(group, back)) == "complete"  # type: ignore[arg-type]
+    assert group.learners() == frozenset() and group.changes[-1] == ("unlearn", a4)
+    assert c.commands == [{"op": "complete_reassignment", "group_id": "t1p0", "voters": [1, 2, 3]}]
