@@ -37,6 +37,7 @@ from raft.state_machine import StateMachine
 
 from .config import NodeConfig
 from .controller_view import ControllerView
+from .membership import group_members
 from .peers import PeerView
 from .seams import NodeDirectory
 
@@ -134,16 +135,8 @@ class InternalGroups(Generic[SM]):
                 self._remove(p)
 
     def _add(self, p: int, replicas: tuple[int, ...]) -> None:
-        members = []
-        for r in replicas:
-            node = self._nodes.node(r)
-            if node is None:
-                raise RuntimeError(f"{self.kind}: replica node {r} is not known")
-            members.append(node.raft_address)
-        me = self._nodes.node(self._config.node_id)
-        if me is not None and me.raft_address not in members:
-            members.append(me.raft_address)  # joining by a move: the current voters and this node
         gid = self.group_id(p)
+        members = group_members(self._nodes, replicas, gid)
         sm = self._make_sm(p)
         # Coordinator writes come one at a time: their followers catch up with the next heartbeat.
         group = self._raft.add_group(gid, members, sm, on_event=self._on_event, lazy_commit_notify=True)

@@ -40,6 +40,7 @@ from .controller_view import (
     NodeRecord,
     Reassignment,
 )
+from .seams import NodeDirectory
 from .topics import PartitionAssignment, TopicMetadata, group_id_for
 
 MEMBERSHIP_OPS = frozenset(
@@ -332,6 +333,24 @@ def plan_decommission(
 def _internal_partition(group_id: str) -> int:
     _, _, p = group_id.rpartition("-")
     return int(p) if p.isdigit() else 0
+
+
+def group_members(nodes: NodeDirectory, replicas: Sequence[int], what: str) -> list[str]:
+    """The Raft addresses a local replica of a group starts with: its replicas', and this node's.
+
+    A node joining by a move is not among the replicas yet: it starts with the current voters plus
+    itself, and its log's configuration takes over from the first entry it receives.
+    """
+    members = []
+    for r in replicas:
+        addr = nodes.node(r)
+        if addr is None:
+            raise RuntimeError(f"{what}: replica node {r} is not known")
+        members.append(addr.raft_address)
+    me = nodes.node(nodes.node_id)
+    if me is not None and me.raft_address not in members:
+        members.append(me.raft_address)
+    return members
 
 
 def topic_placement_nodes(view: ControllerView, configured: Sequence[int]) -> list[int]:

@@ -27,7 +27,7 @@ from storage.store import NodeStore
 
 from .config import NodeConfig
 from .controller_view import ControllerView
-from .membership import hosted_groups
+from .membership import group_members, hosted_groups
 from .seams import NodeDirectory
 from .topics import TopicMetadata, group_id_for, parse_group_id, storage_prefix_for
 
@@ -177,15 +177,7 @@ class ReplicaManager:
     def _add(self, gid: str, meta: TopicMetadata, partition: int, replicas: tuple[int, ...]) -> None:
         plog = PartitionLog(self._store, storage_prefix_for(meta.topic_id, partition), f"{meta.name}-{partition}")
         notifier = NotifyingLog(plog, self._loop)
-        members = []
-        for r in replicas:
-            addr = self._nodes.node(r)
-            if addr is None:
-                raise RuntimeError(f"replica node {r} of {meta.name}-{partition} is not known")
-            members.append(addr.raft_address)
-        me = self._nodes.node(self._config.node_id)
-        if me is not None and me.raft_address not in members:
-            members.append(me.raft_address)  # joining by a move: the current voters and this node
+        members = group_members(self._nodes, replicas, f"{meta.name}-{partition}")
         group = self._raft.add_group(gid, members, notifier, on_event=self._on_event, delay_idle_commit_notify=True)
         rep = LocalReplica(meta, partition, replicas, plog, notifier, group)
         self.replicas[rep.key] = rep

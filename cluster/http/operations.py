@@ -65,18 +65,17 @@ class OperationRoutes:
         return web.json_response(body, status=status)
 
     @staticmethod
-    def _node_id(request: web.Request) -> int:
-        raw = request.match_info["node_id"]
+    def _path_int(request: web.Request, name: str) -> int:
+        raw = request.match_info[name]
         if not raw.isdigit() or len(raw) > 10:
-            raise BrokerError(ErrorCode.INVALID_REQUEST, "node id must be a non-negative integer")
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"{name} must be a non-negative integer")
         return int(raw)
 
-    @staticmethod
-    def _partition(request: web.Request) -> int:
-        raw = request.match_info["partition"]
-        if not raw.isdigit() or len(raw) > 10:
-            raise BrokerError(ErrorCode.INVALID_REQUEST, "partition must be a non-negative integer")
-        return int(raw)
+    def _node_id(self, request: web.Request) -> int:
+        return self._path_int(request, "node_id")
+
+    def _partition(self, request: web.Request) -> int:
+        return self._path_int(request, "partition")
 
     async def list_nodes(self, _request: web.Request) -> web.Response:
         return web.json_response({"nodes": self.ops.nodes_json()})
