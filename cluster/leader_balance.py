@@ -1,10 +1,9 @@
 """Kafka's automatic leader rebalance: each Raft group's leadership goes back to its preferred replica.
 
-The preferred replica is the first of a group's replicas: for a data partition
-its placement's first node, for an internal partition (``__transaction_state``,
-``__consumer_offsets``) the first node of its replica set. Placements spread
-preferred replicas evenly, so leadership spreads too, also after a move or a
-decommission (a move's target order names the new preferred replica).
+The preferred replica is the first of a group's replicas (for a data partition
+its placement's first node). Placements spread preferred replicas evenly, so
+leadership spreads too, also after a move or a decommission (a move's target
+order names the new preferred replica).
 
 Leadership moves only to a preferred replica seen answering and caught up in
 every round for ``leader_balance_hold_s``: a node back from a fault gets its

@@ -294,11 +294,12 @@ class Node:
         return out
 
     def _balance_candidates(self) -> list[Candidate]:
-        """Every group this node replicates that has a preferred replica and is not moving."""
+        """Every data partition this node replicates that is not moving.
+
+        Coordinators (internal partitions) stay where elections put them: moving one costs its clients a
+        coordinator change (NOT_COORDINATOR, a reload), which a spread of leaders does not pay for."""
         moving = self.controller.view.reassignments
         out = [Candidate(r.group, r.replicas[0]) for r in self.replicas.replicas.values() if r.replicas]
-        for kind in (self.txn.groups, self.groups.groups):
-            out += [Candidate(p.group, kind.replicas_of(n)[0]) for n, p in kind.local.items()]
         return [c for c in out if c.group.group_id not in moving]
 
     def _internal_placements(self) -> dict[str, tuple[int, ...]]:
