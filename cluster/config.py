@@ -299,26 +299,6 @@ class NodeConfig:
         return None
 
 
-class ConfiguredNodes:
-    """The cluster's nodes as the node's config lists them (a ``cluster.seams.NodeDirectory``)."""
-
-    def __init__(self, config: NodeConfig) -> None:
-        self._config = config
-
-    @property
-    def node_id(self) -> int:
-        return self._config.node_id
-
-    def node_ids(self) -> list[int]:
-        return [n.id for n in self._config.nodes]
-
-    def node_url(self, node_id: int | None) -> str | None:
-        if node_id is None:
-            return None
-        n = self._config.node(node_id)
-        return n.url if n else None
-
-
 _REQUIRED = ("node_id", "host", "http_port", "raft_port", "data_dir", "cluster_id", "cluster_secret")
 
 
