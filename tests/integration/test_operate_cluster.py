@@ -259,6 +259,11 @@ def test_decommission_under_load_leaves_nothing_behind(oc: OperatedCluster) -> N
     c = oc.c
     writer = Load(c, OTHER, 0)
     wait_for(lambda: len(writer.acked) >= 10, 30, "records before the decommission")
+    # committed offsets of every offsets partition node 1 holds must survive their moves
+    groups = [f"kept-{i}" for i in range(8)]
+    for i, g in enumerate(groups):
+        with Consumer(c.urls, group_id=g) as cons:
+            cons.commit({(OTHER, 1): 100 + i})
     out = oc.cli("cluster", "decommission", "--node", "1", "--wait", "--timeout", "150")
     assert out.returncode == 0, out.stdout + out.stderr
     node = oc.get("/v1/nodes/1", via=2)
@@ -282,6 +287,9 @@ def test_decommission_under_load_leaves_nothing_behind(oc: OperatedCluster) -> N
         p.begin_transaction()
         p.send(OTHER, value=b"txn-after", partition=0)
         p.commit_transaction()
+    for i, g in enumerate(groups):
+        with Consumer([c.url(3)], group_id=g) as cons:
+            assert cons.committed((OTHER, 1)) == 100 + i, g
     cons = Consumer([c.url(2)], group_id="after-decommission", isolation_level="read_committed")
     cons.assign([(OTHER, 0)])
     cons.commit({(OTHER, 0): 3})
