@@ -26,7 +26,7 @@ class ClusterNodes:
         self._nodes: Mapping[int, NodeAddress] = {n.id: n for n in config.nodes}
         self._by_raft: Mapping[str, NodeAddress] = {n.raft_address: n for n in config.nodes}
         self._states: Mapping[int, str] = {n.id: NODE_ACTIVE for n in config.nodes}
-        self._founders: tuple[int, ...] = config.founders
+        self._founders: tuple[int, ...] = config.founder_ids
         self._listeners: list[Callable[[], None]] = []
 
     @property
