@@ -100,7 +100,8 @@ class ProduceHttp:
 
 
 class PartitionWriter:
-    """Idempotent writes of fixed batches to one partition's leader, up to K in flight.
+    """Idempotent writes of fixed batches to one partition of ``topic`` (``TOPIC`` by default) through its leader,
+    up to K in flight.
 
     A batch keeps its sequence across retries; a retriable error (or an
     out-of-order answer while an earlier batch is still unacknowledged) resends
@@ -108,11 +109,13 @@ class PartitionWriter:
     """
 
     def __init__(self, cluster: BenchCluster, post: PostFn | aiohttp.ClientSession, partition: int, leader: str,
-                 pid: int, epoch: int, records: list[Record], value_bytes: int, load: Load) -> None:  # fmt: skip
+                 pid: int, epoch: int, records: list[Record], value_bytes: int, load: Load,
+                 topic: str = TOPIC) -> None:  # fmt: skip
         if isinstance(post, aiohttp.ClientSession):
             post = functools.partial(aiohttp_post, post)
         self.cluster, self.post, self.partition, self.leader = cluster, post, partition, leader
         self.pid, self.epoch, self.records, self.load = pid, epoch, records, load
+        self.topic = topic
         self.payload = value_bytes * len(records)
         self.next_seq = 0
         self.done: dict[int, asyncio.Event] = {}
@@ -123,13 +126,13 @@ class PartitionWriter:
         batch = encode_batch(self.records, producer_id=self.pid, producer_epoch=self.epoch,
                              base_sequence=seq if self.pid >= 0 else -1)  # fmt: skip
         self.wire_bytes = len(batch)
-        return encode_produce_request(ProduceRequest((ProducePartition(TOPIC, self.partition, batch),)))
+        return encode_produce_request(ProduceRequest((ProducePartition(self.topic, self.partition, batch),)))
 
     async def refresh_leader(self, hint: str | None) -> None:
         if hint and hint in self.cluster.live_urls():
             self.leader = hint
             return
-        led = await asyncio.to_thread(self.cluster.leaders, TOPIC)
+        led = await asyncio.to_thread(self.cluster.leaders, self.topic)
         url = led.get(self.partition)
         if url:
             self.leader = url
