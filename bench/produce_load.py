@@ -39,6 +39,7 @@ from .harness import BenchCluster
 from .measure import host_cpu, pct, proc_stat, self_cpu
 
 TOPIC = "bench"
+_OUT_OF_ORDER_RETRIES = 40  # 2 s of them, once a batch's predecessor is acknowledged
 
 
 @dataclass
@@ -146,6 +147,7 @@ class PartitionWriter:
         self.done[seq] = mine
         body = self.body(seq)
         t0 = time.perf_counter()
+        out_of_order = 0
         try:
             while True:
                 leader = self.leader
@@ -162,6 +164,11 @@ class PartitionWriter:
                 self.load.retries += 1
                 if code == "OUT_OF_ORDER_SEQUENCE_NUMBER" and prev is not None and not prev.is_set():
                     await prev.wait()
+                    continue
+                if code == "OUT_OF_ORDER_SEQUENCE_NUMBER" and out_of_order < _OUT_OF_ORDER_RETRIES:
+                    # Its predecessor is acknowledged: a leader elected meanwhile may not have applied it yet.
+                    out_of_order += 1
+                    await asyncio.sleep(0.05)
                     continue
                 retriable = code.startswith("CONNECTION:") or ErrorCode.from_name(code).retriable
                 if not retriable:

@@ -33,6 +33,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,10 @@ from cluster.health import scrape
 
 from .catchup import MIB, log_events, write
 from .harness import BenchCluster, add_node_setting_argument, http_json, node_settings_or_exit, wait_for
-from .measure import machine_info, proc_stat
+from .measure import host_cpu, machine_info, proc_stat, self_cpu, threads_cpu_by_kind
 from .produce_load import Load, PartitionWriter, ProduceHttp, make_records
 
-__all__ = ["TARGET", "TARGET_RATIO", "longest_stall", "main", "move_phases"]
+__all__ = ["TARGET", "TARGET_RATIO", "longest_stall", "main", "move_phases", "timeline"]
 
 TARGET_RATIO = 0.7
 BIG, LOAD = "big", "load"
@@ -92,21 +93,22 @@ def start_move(cluster: BenchCluster, replicas: list[int]) -> None:
 
 def watch_move(cluster: BenchCluster, target_hw: int, t0: float, timeout: float) -> dict[str, Any]:
     """Poll the move started at ``t0`` (monotonic) until it ends: seconds until node 4's replica reports
-    ``target_hw``, and until the move is over."""
-    learner_s: float | None = None
+    ``target_hw``, and until the move is over. Cheap polls, since they share the cores with what they measure:
+    ``/metrics`` of node 4 only until its replica shows, then its ``/v1/metadata`` (which speaks for its own
+    replica from then on), then node 1's ``/v1/metadata``, and ``/v1/reassignments`` only at the end."""
+    wait_for(lambda: local_high_watermark(cluster, NEW_NODE, BIG) is not None, timeout, "node 4's replica of big",
+             interval=0.2)  # fmt: skip
+    wait_for(lambda: int(_partition(cluster, BIG, NEW_NODE)["high_watermark"]) >= target_hw, timeout,
+             "node 4's replica at the high watermark", interval=0.2)  # fmt: skip
+    learner_s = time.monotonic() - t0
     replicas: list[int] = []
 
     def over() -> bool:
-        nonlocal learner_s, replicas
-        if learner_s is None:
-            hw = local_high_watermark(cluster, NEW_NODE, BIG)
-            if hw is not None and hw >= target_hw:
-                learner_s = time.monotonic() - t0
+        nonlocal replicas
         replicas = list(_partition(cluster, BIG)["replicas"])
-        return learner_s is not None and sorted(replicas) == sorted(TARGET) and not _moves(cluster)
+        return sorted(replicas) == sorted(TARGET) and not _moves(cluster)
 
     wait_for(over, timeout, f"the move of {BIG}-0 to {TARGET}", interval=0.2)
-    assert learner_s is not None
     return {"seconds": round(time.monotonic() - t0, 2), "learner_caught_up_s": round(learner_s, 2),
             "replicas": replicas}  # fmt: skip
 
@@ -114,15 +116,50 @@ def watch_move(cluster: BenchCluster, target_hw: int, t0: float, timeout: float)
 # ---- the load ---------------------------------------------------------------------------------------
 
 
-def _nodes_cpu(cluster: BenchCluster) -> dict[int, float]:
-    return {i: proc_stat(p.pid)[0] for i, p in cluster.procs.items() if p.poll() is None}
+@dataclass
+class _Mark:
+    """What the windows are measured between: the time, and the CPU used so far by the nodes, the bench and
+    the host."""
+
+    at: float
+    nodes: dict[int, float]
+    by_kind: dict[str, float]  # the moving partition's leader's threads
+    client: float
+    host: tuple[float, float]
+
+    @classmethod
+    def now(cls, cluster: BenchCluster, leader: int) -> _Mark:
+        nodes = {i: proc_stat(p.pid)[0] for i, p in cluster.procs.items() if p.poll() is None}
+        kinds = {k: v for k, v in threads_cpu_by_kind(cluster.procs[leader].pid).items() if not k.endswith(":sys")}
+        return cls(time.monotonic(), nodes, kinds, self_cpu(), host_cpu())
 
 
-def _cpu_pct(c0: dict[int, float], c1: dict[int, float], seconds: float) -> dict[str, float]:
-    return {f"node{i}": round(100 * (c1[i] - c0[i]) / seconds, 1) for i in sorted(c0) if i in c1}
+def _cpu(a: _Mark, b: _Mark) -> dict[str, Any]:
+    """CPU between two marks, in % of one core."""
+    wall = b.at - a.at
+    nodes = {f"node{i}": round(100 * (b.nodes[i] - a.nodes[i]) / wall, 1) for i in sorted(a.nodes) if i in b.nodes}
+    used = sum(b.nodes[i] - a.nodes[i] for i in a.nodes if i in b.nodes) + b.client - a.client
+    kinds = sorted(set(a.by_kind) | set(b.by_kind))
+    by_kind = {k: round(100 * (b.by_kind.get(k, 0.0) - a.by_kind.get(k, 0.0)) / wall, 1) for k in kinds}
+    return {
+        "node_cpu_pct": nodes,
+        "big_leader_cpu_pct_by_thread": by_kind,
+        "client_cpu_pct": round(100 * (b.client - a.client) / wall, 1),
+        "host_cpu_other_pct": round(100 * ((b.host[0] - a.host[0]) - used) / wall, 1),  # outside the bench
+    }
 
 
-async def measure(cluster: BenchCluster, leaders: dict[int, str], target_hw: int,
+def timeline(load: Load, t0: float, t1: float, step: float) -> list[int]:
+    """Records/s acknowledged in each ``step`` s from ``t0`` to ``t1`` (a last partial step is left out)."""
+    out = []
+    a = t0
+    while a + step <= t1 + 1e-9:
+        out.append(round(sum(r for t, _, r, _ in load.acks if a <= t < a + step) / step))
+        a += step
+    return out
+
+
+async def measure(cluster: BenchCluster, leaders: dict[int, str], big_leader: int, target_hw: int,
                   opts: argparse.Namespace) -> dict[str, Any]:  # fmt: skip
     """The load on ``LOAD`` before and during the move of ``BIG``, and the move's time."""
     pid, epoch = cluster.init_producer()
@@ -134,16 +171,16 @@ async def measure(cluster: BenchCluster, leaders: dict[int, str], target_hw: int
     tasks = [asyncio.create_task(w.run_slot()) for w in writers for _ in range(opts.concurrency)]
     try:
         await asyncio.sleep(opts.warmup)
-        t0, cpu0 = time.monotonic(), _nodes_cpu(cluster)
+        m0 = _Mark.now(cluster, big_leader)
         await asyncio.sleep(opts.window)
-        t1, cpu1 = time.monotonic(), _nodes_cpu(cluster)
+        m1 = _Mark.now(cluster, big_leader)
         started_at = time.time()
         await asyncio.to_thread(start_move, cluster, TARGET)
-        watcher = asyncio.create_task(asyncio.to_thread(watch_move, cluster, target_hw, t1, opts.timeout))
-        await asyncio.sleep(max(0.0, t1 + opts.window - time.monotonic()))  # the window, however long the move
-        t2, cpu2 = time.monotonic(), _nodes_cpu(cluster)
+        watcher = asyncio.create_task(asyncio.to_thread(watch_move, cluster, target_hw, m1.at, opts.timeout))
+        await asyncio.sleep(max(0.0, m1.at + opts.window - time.monotonic()))  # the window, however long the move
+        m2 = _Mark.now(cluster, big_leader)
         move = await watcher  # the load runs on until the move ends
-        t3, cpu3 = time.monotonic(), _nodes_cpu(cluster)
+        m3 = _Mark.now(cluster, big_leader)
     finally:
         for w in writers:
             w.stop = True
@@ -151,17 +188,14 @@ async def measure(cluster: BenchCluster, leaders: dict[int, str], target_hw: int
         for t in tasks:
             t.cancel()
         await http.close()
-    for t in done:
-        if not t.cancelled() and t.exception() is not None:
-            raise t.exception()  # type: ignore[misc]
-    spans = {"before": (t0, t1, cpu0, cpu1), "during": (t1, t2, cpu1, cpu2), "whole_move": (t1, t3, cpu1, cpu3)}
-    out: dict[str, Any] = {"errors": dict(load.errors), "retries": load.retries}
-    for name, (a, b, ca, cb) in spans.items():
-        window = load.window(a, b)
+    failed = sorted({repr(t.exception()) for t in done if not t.cancelled() and t.exception() is not None})
+    out: dict[str, Any] = {"errors": dict(load.errors), "retries": load.retries, "writers_failed": failed}
+    for name, (a, b) in {"before": (m0, m1), "during": (m1, m2), "whole_move": (m1, m3)}.items():
+        window = load.window(a.at, b.at)
         del window["errors"], window["retries"]  # the run's totals, above
-        window["node_cpu_pct"] = _cpu_pct(ca, cb, b - a)
-        out[name] = window
+        out[name] = {**window, **_cpu(a, b)}
     out["leaders"] = {p: cluster.node_of_url(u) for p, u in leaders.items()}
+    out["records_per_s_every_5s_from_the_before_window"] = timeline(load, m0.at, m3.at, 5.0)
     return {"load": out, "move": {**move, "started_at": started_at}}
 
 
@@ -264,7 +298,7 @@ def run(opts: argparse.Namespace, settings: dict[str, Any], workdir: Path) -> di
         leaving = next(n for n in replicas if n not in TARGET)
         load_leaders, balanced = cluster.preferred_leaders(LOAD)
         changes = cluster.leader_changes()
-        out.update(asyncio.run(measure(cluster, load_leaders, target_hw, opts)))
+        out.update(asyncio.run(measure(cluster, load_leaders, leader, target_hw, opts)))
         out["load"]["leaders_balanced"] = balanced
         # every group's, once per node that saw it: the move hands ``big``'s leadership over once or twice
         out["leader_changes_seen_by_nodes"] = cluster.leader_changes() - changes

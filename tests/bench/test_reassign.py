@@ -65,6 +65,7 @@ def test_bench_reassign_moves_a_partition_onto_a_fourth_node_under_load(capsys: 
     assert res["big"]["replicas"] == [1, 2, 3] and res["big"]["high_watermark"] == 3 * 1024
     assert sorted(res["move"]["replicas"]) == sorted(TARGET), res["move"]
     load = res["load"]
+    assert load["writers_failed"] == [], load
     assert load["before"]["records_per_s"] > 0 and load["during"]["records_per_s"] > 0, load
     assert load["before"]["seconds"] == pytest.approx(2, abs=0.2) == load["during"]["seconds"], load
     assert set(load["before"]["node_cpu_pct"]) == {"node1", "node2", "node3", "node4"}
