@@ -206,8 +206,10 @@ class RaftGroup:
         with patches.constructing_with_poller(ProxyPoller(self._shard, self.group_id)):
             self._so = _GroupSyncObj(self, self.self_address, others, self._conf(), transportClass=transport_class)
         if self._durable is not None:
-            self._full = FullSnapshotBuilder(self.group_id, os.path.join(self.data_dir, "raft.dump"), self._durable)
-            patches.set_transmission_source(self._so, self._full.path_for_transmission)
+            rate = self._settings.snapshot_max_bytes_per_s
+            dump = os.path.join(self.data_dir, "raft.dump")
+            self._full = FullSnapshotBuilder(self.group_id, dump, self._durable, rate)
+            patches.set_transmission_source(self._so, self._full.path_for_transmission, rate)
 
     def _destroy(self) -> None:
         so = self._so

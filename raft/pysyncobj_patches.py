@@ -314,6 +314,11 @@ def _get_transmission_data(self: Any, transmission_id: Any) -> Any:
         except OSError:
             logger.exception("cannot open snapshot %s for transmission", path)
             return None
+        before["txb_started"] = time.monotonic()
+    rate = getattr(self, "txbroker_transmission_rate", 0)
+    started = before.get("txb_started") if before is not None and rate > 0 else None
+    if before is not None and started is not None and before["transmitted"] > rate * (time.monotonic() - started):
+        return None  # ahead of the pace: nothing this round (the leader's loop of chunks ends; a heartbeat goes on)
     result = _original_get_transmission(self, transmission_id)
     if before is not None and transmission_id not in transmissions:
         _close_quietly(before.get("file"))
@@ -348,9 +353,12 @@ def _close_quietly(f: Any) -> None:
             f.close()
 
 
-def set_transmission_source(so: Any, source: Callable[[], str | None]) -> None:
-    """Stream ``source()``'s file (None: not ready) to followers instead of the dump file."""
-    so._SyncObj__serializer.txbroker_transmission_source = source
+def set_transmission_source(so: Any, source: Callable[[], str | None], max_bytes_per_s: int = 0) -> None:
+    """Stream ``source()``'s file (None: not ready) to followers instead of the dump file, at most
+    ``max_bytes_per_s`` to each (0: as fast as the leader's heartbeats send it)."""
+    serializer = so._SyncObj__serializer
+    serializer.txbroker_transmission_source = source
+    serializer.txbroker_transmission_rate = max_bytes_per_s
 
 
 def close_serializer_files(so: Any) -> None:

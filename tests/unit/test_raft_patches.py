@@ -11,6 +11,7 @@ from time import monotonic
 from typing import Any
 
 import pysyncobj.pickle as psc_pickle
+import pysyncobj.serializer as psc_serializer
 import pysyncobj.syncobj as psc_syncobj
 import pytest
 from pysyncobj import SyncObj, SyncObjConf, replicated
@@ -342,3 +343,27 @@ def test_a_journal_write_the_disk_refuses_ends_the_process(tmp_path: Any) -> Non
     assert "the add returned" not in res.stdout
     assert res.returncode == patches.EXIT_JOURNAL_ERROR == 74, res.stderr
     assert "write failed" in res.stderr
+
+
+@pytest.mark.parametrize(("rate", "chunks_at_once"), [(0, 3), (1, 1)])
+def test_a_paced_snapshot_transfer_sends_no_more_than_its_rate(tmp_path: Any, rate: int, chunks_at_once: int) -> None:
+    patches.apply()
+    full = tmp_path / "raft.dump.full"
+    full.write_bytes(b"x" * 3000)
+    serializer = psc_serializer.Serializer(str(tmp_path / "raft.dump"), 1000, False, None, None, None)
+
+    class _So:
+        _SyncObj__serializer = serializer
+
+    so = _So()
+    patches.set_transmission_source(so, lambda: str(full), rate)
+    got = []
+    try:
+        while (data := serializer.getTransmissionData("follower")) is not None and not data[2]:
+            got.append(data[0])
+        # 1 byte/s: after the first chunk the transfer is ahead of its pace, and the leader's round of chunks ends
+        assert [len(c) for c in got] == [1000] * chunks_at_once
+        if rate:
+            assert serializer.getTransmissionData("follower") is None, "still ahead of the pace"
+    finally:
+        patches.close_serializer_files(so)
