@@ -298,6 +298,12 @@ def _get_meta(self: Any) -> dict[str, Any]:
 _original_get_transmission = _psc_serializer.Serializer.getTransmissionData
 
 
+def _hold(serializer: Any, node: Any) -> None:
+    hold = getattr(serializer, "txbroker_hold", None)
+    if hold is not None:
+        hold(node)
+
+
 def _get_transmission_data(self: Any, transmission_id: Any) -> Any:
     # PySyncObj forgets (never closes) the snapshot file it streams to a
     # follower once the transfer ends.
@@ -308,18 +314,23 @@ def _get_transmission_data(self: Any, transmission_id: Any) -> Any:
         # A store-backed group streams a full snapshot built on demand, not its light dump file.
         path = source()
         if path is None:
-            return None  # still being built: PySyncObj asks again at the next AppendEntries
+            _hold(self, transmission_id)
+            return None  # still being built: PySyncObj asks again at the next heartbeat
         try:
             before = transmissions[transmission_id] = {"file": open(path, "rb"), "transmitted": 0}  # noqa: SIM115
         except OSError:
             logger.exception("cannot open snapshot %s for transmission", path)
+            _hold(self, transmission_id)
             return None
         before["txb_started"] = time.monotonic()
     rate = getattr(self, "txbroker_transmission_rate", 0)
     started = before.get("txb_started") if before is not None and rate > 0 else None
     if before is not None and started is not None and before["transmitted"] > rate * (time.monotonic() - started):
-        return None  # ahead of the pace: nothing this round (the leader's loop of chunks ends; a heartbeat goes on)
-    result = _original_get_transmission(self, transmission_id)
+        result = None  # ahead of the pace: nothing this round (a later heartbeat goes on)
+    else:
+        result = _original_get_transmission(self, transmission_id)
+    if result is None:
+        _hold(self, transmission_id)
     if before is not None and transmission_id not in transmissions:
         _close_quietly(before.get("file"))
     return result
@@ -359,6 +370,28 @@ def set_transmission_source(so: Any, source: Callable[[], str | None], max_bytes
     serializer = so._SyncObj__serializer
     serializer.txbroker_transmission_source = source
     serializer.txbroker_transmission_rate = max_bytes_per_s
+    serializer.txbroker_hold = lambda node: _hold_snapshot_round(so, node)
+
+
+def _hold_snapshot_round(so: Any, node: Any) -> None:
+    """End this round of ``node``'s AppendEntries: its snapshot has nothing to send now (not built yet, ahead of
+    its pace, or the leader compacting).
+
+    PySyncObj's leader loops over a follower that needs a snapshot while ``nextIndex <= its last index``,
+    sending one snapshot message after another until ``appendEntriesPeriod`` has passed: with nothing to send,
+    the ticker would spin through every heartbeat sending "nothing yet" messages as fast as it can, starving
+    every group of the ticker (and the follower answers each). So the follower's next index steps past the
+    leader's log for the rest of the round (the loop ends there), and
+    ``CoalescedAppendEntries._flush_append_entries`` puts it back after the round.
+    """
+    held = getattr(so, "_txb_snapshot_held", None)
+    if held is None or node in held:
+        return  # not within a round of ``_flush_append_entries``, or held already
+    next_index = so._SyncObj__raftNextIndex
+    if node not in next_index:
+        return
+    held[node] = next_index[node]
+    next_index[node] = so._SyncObj__getCurrentLogIndex() + 1
 
 
 def close_serializer_files(so: Any) -> None:
@@ -403,6 +436,7 @@ class CoalescedAppendEntries:
 
     _coalesce_depth = 0
     _coalesced_pending = 0
+    _txb_snapshot_held: dict[Any, int] | None = None
     commit_notify_delay = 0.0
     lazy_commit_notify = False
     delay_idle_commit_notify = False
@@ -428,7 +462,16 @@ class CoalescedAppendEntries:
 
     def _flush_append_entries(self) -> None:
         self._coalesced_pending = 0
-        _psc_syncobj.SyncObj._SyncObj__sendAppendEntries(self)
+        held: dict[Any, int] = {}
+        self._txb_snapshot_held = held  # followers whose snapshot has nothing to send this round (_hold_snapshot_round)
+        try:
+            _psc_syncobj.SyncObj._SyncObj__sendAppendEntries(self)
+        finally:
+            self._txb_snapshot_held = None
+            next_index = self._SyncObj__raftNextIndex  # type: ignore[attr-defined]  # SyncObj provides it
+            for node, index in held.items():
+                if node in next_index:
+                    next_index[node] = index
 
     def _SyncObj__applyLogEntries(self) -> bool:  # overrides the name-mangled SyncObj.__applyLogEntries
         need_send: bool = _psc_syncobj.SyncObj._SyncObj__applyLogEntries(self)

@@ -367,3 +367,39 @@ def test_a_paced_snapshot_transfer_sends_no_more_than_its_rate(tmp_path: Any, ra
             assert serializer.getTransmissionData("follower") is None, "still ahead of the pace"
     finally:
         patches.close_serializer_files(so)
+
+
+@pytest.mark.parametrize("ready", [False, True])
+def test_a_snapshot_with_nothing_to_send_costs_one_message_per_round(tmp_path: Any, ready: bool) -> None:
+    # A follower behind the leader's log start gets a snapshot; while it is being built (or ahead of its pace),
+    # the leader's round of AppendEntries sends one "nothing yet" message to it, not one after another for the
+    # whole heartbeat period (10 s here).
+    patches.apply()
+    transport = _RecordingTransport()
+    so = _Coalescing(transport)
+    full = tmp_path / "raft.dump.full"
+    full.write_bytes(b"x" * 3000)
+    try:
+        follower = so.lead()
+        for i in range(3):
+            so._applyCommand(b"cmd%d" % i, None)
+        so._checkCommandsToApply()
+        start = so._SyncObj__raftLog[0][1]
+        so._SyncObj__raftNextIndex[follower] = start  # at the log start: a snapshot is due
+        so._SyncObj__serializer._Serializer__fileName = str(tmp_path / "raft.dump")  # a file-backed group's
+        patches.set_transmission_source(so, lambda: str(full) if ready else None)
+        transport.sent.clear()
+        began = monotonic()
+        so._flush_append_entries()
+        snapshots = [m for m in _append_entries(transport) if "serialized" in m]
+        assert monotonic() - began < 5.0
+        if ready:  # a built one streams in this round, to its end
+            assert [m["serialized"] is not None for m in snapshots] == [True] * len(snapshots) and snapshots
+            assert snapshots[-1]["serialized"][2], "the last chunk"
+        else:
+            assert [m["serialized"] for m in snapshots] == [None]
+            assert so._SyncObj__raftNextIndex[follower] == start, "its next index back after the round"
+    finally:
+        patches.close_serializer_files(so)
+        so.destroy()
+        patches.close_pipe_notifier(so)
