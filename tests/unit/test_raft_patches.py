@@ -18,6 +18,7 @@ from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.transport import Transport
 
 from raft import pysyncobj_patches as patches
+from raft import snapshot_transmission
 
 
 class _NullTransport(Transport):  # type: ignore[misc]
@@ -356,7 +357,7 @@ def test_a_paced_snapshot_transfer_sends_no_more_than_its_rate(tmp_path: Any, ra
         _SyncObj__serializer = serializer
 
     so = _So()
-    patches.set_transmission_source(so, lambda: str(full), rate)
+    snapshot_transmission.set_transmission_source(so, lambda: str(full), rate)
     got = []
     try:
         while (data := serializer.getTransmissionData("follower")) is not None and not data[2]:
@@ -366,7 +367,7 @@ def test_a_paced_snapshot_transfer_sends_no_more_than_its_rate(tmp_path: Any, ra
         if rate:
             assert serializer.getTransmissionData("follower") is None, "still ahead of the pace"
     finally:
-        patches.close_serializer_files(so)
+        snapshot_transmission.close_serializer_files(so)
 
 
 @pytest.mark.parametrize("ready", [False, True])
@@ -387,7 +388,7 @@ def test_a_snapshot_with_nothing_to_send_costs_one_message_per_round(tmp_path: A
         start = so._SyncObj__raftLog[0][1]
         so._SyncObj__raftNextIndex[follower] = start  # at the log start: a snapshot is due
         so._SyncObj__serializer._Serializer__fileName = str(tmp_path / "raft.dump")  # a file-backed group's
-        patches.set_transmission_source(so, lambda: str(full) if ready else None)
+        snapshot_transmission.set_transmission_source(so, lambda: str(full) if ready else None)
         transport.sent.clear()
         began = monotonic()
         so._flush_append_entries()
@@ -400,6 +401,6 @@ def test_a_snapshot_with_nothing_to_send_costs_one_message_per_round(tmp_path: A
             assert [m["serialized"] for m in snapshots] == [None]
             assert so._SyncObj__raftNextIndex[follower] == start, "its next index back after the round"
     finally:
-        patches.close_serializer_files(so)
+        snapshot_transmission.close_serializer_files(so)
         so.destroy()
         patches.close_pipe_notifier(so)
