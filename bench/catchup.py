@@ -72,14 +72,14 @@ def _group_id(cluster: BenchCluster, node: int) -> str:
     return f"'t{topic['topic_id']}p0'"
 
 
-async def write(cluster: BenchCluster, leader: str, opts: argparse.Namespace) -> dict[str, Any]:
-    """Write ``opts.mib`` MiB of payload to partition 0 through ``leader``; the write's figures."""
+async def write(cluster: BenchCluster, leader: str, opts: argparse.Namespace, topic: str = TOPIC) -> dict[str, Any]:
+    """Write ``opts.mib`` MiB of payload to partition 0 of ``topic`` through ``leader``; the write's figures."""
     pid, epoch = cluster.init_producer()
     records = make_records(opts.record_size, opts.batch_bytes)
     load = Load()
     http = ProduceHttp(timeout=60.0)
     goal = opts.mib * MIB
-    writer = PartitionWriter(cluster, http.post, 0, leader, pid, epoch, records, opts.record_size, load)
+    writer = PartitionWriter(cluster, http.post, 0, leader, pid, epoch, records, opts.record_size, load, topic)
     sent = [0]
 
     async def slot() -> None:

@@ -2,8 +2,9 @@
 
 ``BenchCluster`` runs 3 ``txbroker node start`` processes on loopback (ports
 chosen at run time, configs and data in a directory it is given) and stops
-every one it started; ``fresh_cluster`` starts one in a temporary directory
-for the length of a ``with`` block. ``--node-setting KEY=VALUE`` sets a node
+every one it started; ``add_node`` grows it by one node the way an operator
+does (``txbroker cluster add-node``, then ``node start``). ``fresh_cluster``
+starts one in a temporary directory for the length of a ``with`` block. ``--node-setting KEY=VALUE`` sets a node
 config field on every node of the benches that take it.
 
 ``secure=True`` gives the nodes what ``txbroker cluster init --secure`` writes
@@ -35,7 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from cluster.config import NodeConfig, free_ports, make_cluster_configs, write_configs
+from cluster.config import NodeConfig, free_ports, load_config, make_cluster_configs, write_configs
 from cluster.health import OPEN, Access, Samples, scrape
 from cluster.security.secure_init import ADMIN_USER, secure_cluster
 
@@ -155,6 +156,28 @@ class BenchCluster:
                 stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO),
                 env=dict(os.environ, PYTHONPATH=str(REPO)),
             )  # fmt: skip
+
+    def add_node(self, timeout: float = 120.0) -> int:
+        """Grow the cluster by one node as an operator does: ``txbroker cluster add-node --dir`` registers it and
+        writes its config beside the others, then it starts; its id once it answers ``/readyz`` (plain clusters)."""
+        if self.access.auth is not None:
+            raise NotImplementedError("add_node runs the CLI without credentials: plain clusters only")
+        cmd = [sys.executable, "-m", "cluster", "cluster", "add-node", "--dir", str(self.dir),
+               "--bootstrap", ",".join(self.live_urls())]  # fmt: skip
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(REPO), check=False,
+                             env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+        if out.returncode != 0:
+            raise RuntimeError(f"cluster add-node: exit {out.returncode}: {out.stderr.strip()}")
+        node_id = len(self.configs) + 1
+        path = self.dir / f"node-{node_id}.toml"
+        cfg = load_config(path)
+        if cfg.node_id != node_id:
+            raise RuntimeError(f"cluster add-node registered node {cfg.node_id}, not {node_id}")
+        self.configs.append(cfg)
+        self.paths.append(path)
+        self.start_node(node_id)
+        wait_for(functools.partial(self.ready, node_id), timeout, f"node {node_id} /readyz")
+        return node_id
 
     def ready(self, node_id: int) -> bool:
         try:

@@ -499,6 +499,7 @@ EXTRA_BENCHES = {
     "authz": "bench.authz",  # one authorization decision with 10,000 ACLs; credential cache hit vs miss
     "secure": "bench.secure",  # producer throughput and latency, TLS + Basic + ACLs against a plain cluster
     "catchup": "bench.catchup",  # a replaced node's catch-up time against the time the data took to write
+    "reassign": "bench.reassign",  # moving a 1 GiB partition onto a new node: its time, the produce load meanwhile
 }
 
 

@@ -227,6 +227,9 @@ class NodeConfig:
     # Raft entries kept in memory (and in the journal) between compactions, per group: with
     # 64 KiB produce batches, about 64 MiB per busy partition.
     raft_log_compaction_min_entries: int = 1000
+    # Pace (bytes/s) of a full snapshot for a follower -- a new replica of a move, a replaced node -- on the
+    # leader: its build and its transfer (Kafka's replication throttle). 0: as fast as it goes.
+    raft_snapshot_max_bytes_per_s: int = 0
     # storage: RocksDB flushes and compactions bypass the page cache where the filesystem allows (storage.store)
     store_direct_io: bool = True
     # Carried markers (docs/carried-markers.md; on by default): a client that asks for them
@@ -379,6 +382,8 @@ def parse_config(raw: dict[str, Any], base_dir: Path | None = None) -> NodeConfi
         raise ConfigError("need 1 <= group_min_session_timeout_ms <= group_max_session_timeout_ms")
     if cfg.metrics_max_lag_series < 0:
         raise ConfigError("metrics_max_lag_series must not be negative")
+    if cfg.raft_snapshot_max_bytes_per_s < 0:
+        raise ConfigError("raft_snapshot_max_bytes_per_s must not be negative (0: unlimited)")
     if cfg.log_format not in ("text", "json"):
         raise ConfigError("log_format must be 'text' or 'json'")
     if not 0 <= cfg.txn_reservation_ms <= 600_000:

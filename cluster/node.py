@@ -158,6 +158,7 @@ class Node:
             election_timeout_max_s=config.raft_election_timeout_max_s,
             check_quorum_s=config.raft_check_quorum_s,
             log_compaction_min_entries=config.raft_log_compaction_min_entries,
+            snapshot_max_bytes_per_s=config.raft_snapshot_max_bytes_per_s,
         )
         raft_dir = data / "raft"
         self.raft = RaftNode(config.self_address.raft_address, raft_dir, settings, self.loop, bind_host=config.host)

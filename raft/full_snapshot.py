@@ -29,18 +29,50 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from raft import snapshot
+from raft.pysyncobj_patches import start_writeback
 from raft.state_machine import DurableStateMachine
+from raft.thread_names import name_os_thread
 
-__all__ = ["FullSnapshotBuilder"]
+__all__ = ["FullSnapshotBuilder", "Pacer"]
 
 logger = logging.getLogger(__name__)
+
+_STEP_BYTES = 1 << 20
+
+
+class Pacer:
+    """Called after each write of a copy (``snapshot.write_snapshot``'s ``on_write``): every MiB written, it starts
+    writing that MiB out to disk (``start_writeback``: dirty pages leave steadily instead of piling up, which
+    stalls every fsync of the machine when they go out at once) and, with ``max_bytes_per_s`` above 0, sleeps
+    as long as the copy is ahead of that rate (releasing the GIL to the node's other threads)."""
+
+    def __init__(self, max_bytes_per_s: int, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+        self.max_bytes_per_s = max_bytes_per_s
+        self._clock, self._sleep = clock, sleep
+        self._start = clock()
+        self._done = 0  # bytes handed to writeback so far
+        self.slept = 0.0
+
+    def __call__(self, fd: int, written: int) -> None:
+        if written - self._done < _STEP_BYTES:
+            return
+        start_writeback(fd, self._done, written - self._done)
+        self._done = written
+        if self.max_bytes_per_s > 0:
+            ahead = self._start + written / self.max_bytes_per_s - self._clock()
+            if ahead > 0:
+                self._sleep(ahead)
+                self.slept += ahead
 
 
 class FullSnapshotBuilder:
     """One group's on-demand full snapshot; ``path_for_transmission`` runs on the ticker thread."""
 
-    def __init__(self, group_id: str, dump_path: str, sm: DurableStateMachine) -> None:
+    def __init__(self, group_id: str, dump_path: str, sm: DurableStateMachine, max_bytes_per_s: int = 0) -> None:
+        """``max_bytes_per_s``: the pace of a build (0: as fast as it goes; ``Pacer``)."""
         self.group_id = group_id
+        self.max_bytes_per_s = max_bytes_per_s
         self.dump_path = dump_path
         self.full_path = dump_path + ".full"
         self._sm = sm
@@ -102,20 +134,23 @@ class FullSnapshotBuilder:
     def _build(
         self, ident: tuple[int, int], raft_data: Any, state_index: int, write_body: Callable[[BinaryIO], None]
     ) -> None:
+        name_os_thread("snapshot-build")  # its CPU, apart from the node's other threads (``top -H``, benches)
         tmp = self.full_path + ".tmp"
         ok = False
         started = time.monotonic()
+        pacer = Pacer(self.max_bytes_per_s)
         try:
-            snapshot.write_snapshot(tmp, raft_data, state_index, write_body, sync=False)
+            snapshot.write_snapshot(tmp, raft_data, state_index, write_body, sync=False, on_write=pacer)
             os.replace(tmp, self.full_path)
             ok = True
             self.builds += 1
             logger.info(
-                "group %r: full snapshot at state index %d built for a follower (%.1f MiB in %.1f s)",
+                "group %r: full snapshot at state index %d built for a follower (%.1f MiB in %.1f s, %.1f s paced)",
                 self.group_id,
                 state_index,
                 os.path.getsize(self.full_path) / (1 << 20),
                 time.monotonic() - started,
+                pacer.slept,
             )
         except Exception:
             logger.exception("group %r: building a full snapshot failed (retried on the next request)", self.group_id)

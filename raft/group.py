@@ -31,7 +31,7 @@ from typing import Any
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import FAIL_REASON
 
-from raft import membership, snapshot
+from raft import membership, snapshot, snapshot_transmission
 from raft import pysyncobj_patches as patches
 from raft.compaction import Compaction
 from raft.errors import (
@@ -206,8 +206,10 @@ class RaftGroup:
         with patches.constructing_with_poller(ProxyPoller(self._shard, self.group_id)):
             self._so = _GroupSyncObj(self, self.self_address, others, self._conf(), transportClass=transport_class)
         if self._durable is not None:
-            self._full = FullSnapshotBuilder(self.group_id, os.path.join(self.data_dir, "raft.dump"), self._durable)
-            patches.set_transmission_source(self._so, self._full.path_for_transmission)
+            rate = self._settings.snapshot_max_bytes_per_s
+            dump = os.path.join(self.data_dir, "raft.dump")
+            self._full = FullSnapshotBuilder(self.group_id, dump, self._durable, rate)
+            snapshot_transmission.set_transmission_source(self._so, self._full.path_for_transmission, rate)
 
     def _destroy(self) -> None:
         so = self._so
@@ -220,7 +222,7 @@ class RaftGroup:
             logger.exception("group %r: failed to store journal meta", self.group_id)
         so.destroy()  # manual-tick mode: synchronous (transport closed, journal flushed+closed)
         patches.close_pipe_notifier(so)
-        patches.close_serializer_files(so)
+        snapshot_transmission.close_serializer_files(so)
         self._compaction.wait(_COMPACTION_WAIT_S)
         if self._full is not None:
             self._full.close()

@@ -49,7 +49,6 @@ Patches (``apply()``, idempotent, run before any SyncObj is built):
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import logging
 import os
@@ -68,6 +67,7 @@ import pysyncobj.transport as _psc_transport
 from pysyncobj.poller import createPoller as _original_create_poller
 
 from .libc import LIBC
+from .snapshot_transmission import ORIGINAL_GET_TRANSMISSION_DATA, cancel_transmission, get_transmission_data
 
 PICKLE_PROTOCOL = 4
 COMMIT_INDEX_STORE_PERIOD_S = 5.0
@@ -295,31 +295,6 @@ def _get_meta(self: Any) -> dict[str, Any]:
     return meta
 
 
-_original_get_transmission = _psc_serializer.Serializer.getTransmissionData
-
-
-def _get_transmission_data(self: Any, transmission_id: Any) -> Any:
-    # PySyncObj forgets (never closes) the snapshot file it streams to a
-    # follower once the transfer ends.
-    transmissions = self._Serializer__transmissions
-    before = transmissions.get(transmission_id)
-    source = getattr(self, "txbroker_transmission_source", None)
-    if before is None and source is not None and self._Serializer__pid == 0:
-        # A store-backed group streams a full snapshot built on demand, not its light dump file.
-        path = source()
-        if path is None:
-            return None  # still being built: PySyncObj asks again at the next AppendEntries
-        try:
-            before = transmissions[transmission_id] = {"file": open(path, "rb"), "transmitted": 0}  # noqa: SIM115
-        except OSError:
-            logger.exception("cannot open snapshot %s for transmission", path)
-            return None
-    result = _original_get_transmission(self, transmission_id)
-    if before is not None and transmission_id not in transmissions:
-        _close_quietly(before.get("file"))
-    return result
-
-
 _original_serialize = _psc_serializer.Serializer.serialize
 _DEFERRED_PID = -3  # busy (not 0) until the checker reports SUCCESS or FAILED, which resets it to 0
 
@@ -334,33 +309,6 @@ def _serialize(self: Any, data: Any, serialize_id: Any) -> None:
     self._Serializer__currentID = serialize_id
     self._Serializer__pid = _DEFERRED_PID
     serializer(self._Serializer__fileName, data[1:])
-
-
-def _cancel_transmission(self: Any, transmission_id: Any) -> None:
-    transmission = self._Serializer__transmissions.pop(transmission_id, None)
-    if transmission is not None:
-        _close_quietly(transmission.get("file"))
-
-
-def _close_quietly(f: Any) -> None:
-    if f is not None:
-        with contextlib.suppress(OSError):
-            f.close()
-
-
-def set_transmission_source(so: Any, source: Callable[[], str | None]) -> None:
-    """Stream ``source()``'s file (None: not ready) to followers instead of the dump file."""
-    so._SyncObj__serializer.txbroker_transmission_source = source
-
-
-def close_serializer_files(so: Any) -> None:
-    """Close snapshot files PySyncObj keeps open (outgoing and incoming transfers)."""
-    serializer = so._SyncObj__serializer
-    for transmission in serializer._Serializer__transmissions.values():
-        _close_quietly(transmission.get("file"))
-    serializer._Serializer__transmissions.clear()
-    _close_quietly(serializer._Serializer__incomingTransmissionFile)
-    serializer._Serializer__incomingTransmissionFile = None
 
 
 class CoalescedAppendEntries:
@@ -395,6 +343,7 @@ class CoalescedAppendEntries:
 
     _coalesce_depth = 0
     _coalesced_pending = 0
+    _txb_snapshot_held: dict[Any, int] | None = None
     commit_notify_delay = 0.0
     lazy_commit_notify = False
     delay_idle_commit_notify = False
@@ -420,7 +369,16 @@ class CoalescedAppendEntries:
 
     def _flush_append_entries(self) -> None:
         self._coalesced_pending = 0
-        _psc_syncobj.SyncObj._SyncObj__sendAppendEntries(self)
+        held: dict[Any, int] = {}
+        self._txb_snapshot_held = held  # followers whose snapshot has nothing to send this round (_hold_snapshot_round)
+        try:
+            _psc_syncobj.SyncObj._SyncObj__sendAppendEntries(self)
+        finally:
+            self._txb_snapshot_held = None
+            next_index = self._SyncObj__raftNextIndex  # type: ignore[attr-defined]  # SyncObj provides it
+            for node, index in held.items():
+                if node in next_index:
+                    next_index[node] = index
 
     def _SyncObj__applyLogEntries(self) -> bool:  # overrides the name-mangled SyncObj.__applyLogEntries
         need_send: bool = _psc_syncobj.SyncObj._SyncObj__applyLogEntries(self)
@@ -461,8 +419,8 @@ def apply() -> None:
         _psc_journal.FileJournal.add = _journal_add
         _psc_journal.ResizableFile.write = _resizable_write
         _psc_journal.MetaStorer.getMeta = _get_meta
-        _psc_serializer.Serializer.getTransmissionData = _get_transmission_data
-        _psc_serializer.Serializer.cancelTransmisstion = _cancel_transmission
+        _psc_serializer.Serializer.getTransmissionData = get_transmission_data
+        _psc_serializer.Serializer.cancelTransmisstion = cancel_transmission
         _psc_serializer.Serializer.serialize = _serialize
         logging.getLogger(_psc_syncobj.__name__).addFilter(_TruncationFilter())
         _applied = True
@@ -705,7 +663,7 @@ def audit() -> None:
     for name in ("getTransmissionData", "cancelTransmisstion", "setTransmissionData"):
         if not hasattr(ser, name):
             problems.append(f"Serializer.{name} missing")
-    names = _original_get_transmission.__code__.co_names
+    names = ORIGINAL_GET_TRANSMISSION_DATA.__code__.co_names
     if "_Serializer__transmissions" not in names:
         problems.append("Serializer no longer keeps __transmissions")
     wanted_ser = {"_Serializer__pid", "_Serializer__currentID", "_Serializer__serializer", "_Serializer__fileName"}

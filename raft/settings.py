@@ -48,6 +48,10 @@ class RaftSettings:
     # AppendEntries are due anyway (``pysyncobj_patches.CoalescedAppendEntries``).
     # Delays followers' apply by at most this; never the leader's commit. 0: never defer.
     commit_notify_delay_s: float = 0.02
+    # Pace of a full snapshot sent to a follower that needs one (a new replica of a move, a replaced node), in
+    # bytes/s, for its build on the leader and again for its transfer (Kafka's replication throttle): the
+    # copy then takes that much less of the node from the groups it serves meanwhile. 0: as fast as it goes.
+    snapshot_max_bytes_per_s: int = 0
 
     def __post_init__(self) -> None:
         if not self.password:
@@ -62,6 +66,8 @@ class RaftSettings:
             raise ValueError("leader_fallback_s must be >= check_quorum_s")
         if not 0 <= self.commit_notify_delay_s <= self.heartbeat_s:
             raise ValueError("commit_notify_delay_s must be in [0, heartbeat_s]")
+        if self.snapshot_max_bytes_per_s < 0:
+            raise ValueError("snapshot_max_bytes_per_s must be >= 0 (0: unlimited)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,17 +58,19 @@ def write_snapshot(
     write_body: Callable[[BinaryIO], None] | None,
     *,
     sync: bool = True,
+    on_write: Callable[[int, int], None] | None = None,
 ) -> None:
     """Write a complete container to ``path`` (not renamed; PySyncObj renames it).
 
     ``write_body`` None writes a light container (no body). The digest is
     computed as the bytes go out (one pass over the body). ``sync`` False
     skips the fsync: for a file that is rebuilt rather than trusted after a
-    crash (the full snapshot built for a follower).
+    crash (the full snapshot built for a follower). ``on_write(fd, bytes written so far)`` runs after every
+    write (pacing, writeback).
     """
     raft_blob = pickle.dumps(raft_data, protocol=4)
     with open(path, "wb") as f:
-        out = _HashingWriter(f)
+        out = _HashingWriter(f, on_write)
         version = VERSION if write_body is not None else LIGHT_VERSION
         out.write(_HEADER.pack(MAGIC, version, state_index, len(raft_blob)))
         out.write(raft_blob)
@@ -85,15 +87,18 @@ def write_snapshot(
 class _HashingWriter:
     """The file a container's bytes go to, hashing them on the way (``write`` is all a body writer calls)."""
 
-    def __init__(self, f: IO[bytes]) -> None:
+    def __init__(self, f: IO[bytes], on_write: Callable[[int, int], None] | None = None) -> None:
         self._f = f
         self._hash = hashlib.sha256()
+        self._on_write = on_write
         self.written = 0
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         self._hash.update(data)
         n = self._f.write(data)
         self.written += len(data)
+        if self._on_write is not None:
+            self._on_write(self._f.fileno(), self.written)
         return n
 
     def digest(self) -> bytes:

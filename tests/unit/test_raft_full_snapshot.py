@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 from raft import snapshot
-from raft.full_snapshot import FullSnapshotBuilder
+from raft.full_snapshot import FullSnapshotBuilder, Pacer
 
 GROUP = "t1p0"
 
@@ -110,3 +111,57 @@ def test_a_previous_process_full_file_is_removed_at_start(tmp_path: Path) -> Non
         (tmp_path / leftover).write_bytes(b"from before the restart")
     FullSnapshotBuilder(GROUP, str(dump), FakeStore(45, b"x"))  # type: ignore[arg-type]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["raft.dump"]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def test_a_paced_copy_sleeps_each_mib_it_is_ahead_of_its_rate(tmp_path: Path) -> None:
+    clock = FakeClock()
+    pacer = Pacer(2 << 20, clock=clock, sleep=clock.sleep)  # 2 MiB/s
+    with open(tmp_path / "copy", "wb") as f:
+        fd = f.fileno()
+        pacer(fd, 1000)  # under a MiB: nothing
+        assert clock.sleeps == []
+        pacer(fd, 1 << 20)  # 1 MiB at once: due at 0.5 s
+        assert clock.sleeps == [0.5]
+        clock.now += 2.0  # a slow stretch: behind the pace, no sleep
+        pacer(fd, 2 << 20)
+        pacer(fd, 3 << 20)
+        assert clock.sleeps == [0.5]
+        pacer(fd, 8 << 20)  # due at 4 s after the start; 2.5 s have passed
+        assert clock.sleeps == [0.5, 1.5] and pacer.slept == 2.0
+
+
+def test_an_unpaced_copy_never_sleeps(tmp_path: Path) -> None:
+    clock = FakeClock()
+    pacer = Pacer(0, clock=clock, sleep=clock.sleep)
+    with open(tmp_path / "copy", "wb") as f:
+        for mib in range(1, 5):
+            pacer(f.fileno(), mib << 20)
+    assert clock.sleeps == [] and pacer.slept == 0.0
+
+
+def test_a_paced_build_takes_its_time_and_still_verifies(tmp_path: Path) -> None:
+    dump = tmp_path / "raft.dump"
+    light_dump(dump, 40)
+    sm = FakeStore(45, os.urandom(3 << 20))
+    b = FullSnapshotBuilder(GROUP, str(dump), sm, max_bytes_per_s=12 << 20)  # type: ignore[arg-type]  # a fake
+    started = time.monotonic()
+    assert b.path_for_transmission() is None
+    finish_build()
+    assert time.monotonic() - started >= 0.25, "3 MiB at 12 MiB/s"
+    path = b.path_for_transmission()
+    assert path is not None
+    with snapshot.SnapshotReader(path).open_body() as body:
+        assert body.read() == sm.body

@@ -11,12 +11,14 @@ from time import monotonic
 from typing import Any
 
 import pysyncobj.pickle as psc_pickle
+import pysyncobj.serializer as psc_serializer
 import pysyncobj.syncobj as psc_syncobj
 import pytest
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.transport import Transport
 
 from raft import pysyncobj_patches as patches
+from raft import snapshot_transmission
 
 
 class _NullTransport(Transport):  # type: ignore[misc]
@@ -342,3 +344,63 @@ def test_a_journal_write_the_disk_refuses_ends_the_process(tmp_path: Any) -> Non
     assert "the add returned" not in res.stdout
     assert res.returncode == patches.EXIT_JOURNAL_ERROR == 74, res.stderr
     assert "write failed" in res.stderr
+
+
+@pytest.mark.parametrize(("rate", "chunks_at_once"), [(0, 3), (1, 1)])
+def test_a_paced_snapshot_transfer_sends_no_more_than_its_rate(tmp_path: Any, rate: int, chunks_at_once: int) -> None:
+    patches.apply()
+    full = tmp_path / "raft.dump.full"
+    full.write_bytes(b"x" * 3000)
+    serializer = psc_serializer.Serializer(str(tmp_path / "raft.dump"), 1000, False, None, None, None)
+
+    class _So:
+        _SyncObj__serializer = serializer
+
+    so = _So()
+    snapshot_transmission.set_transmission_source(so, lambda: str(full), rate)
+    got = []
+    try:
+        while (data := serializer.getTransmissionData("follower")) is not None and not data[2]:
+            got.append(data[0])
+        # 1 byte/s: after the first chunk the transfer is ahead of its pace, and the leader's round of chunks ends
+        assert [len(c) for c in got] == [1000] * chunks_at_once
+        if rate:
+            assert serializer.getTransmissionData("follower") is None, "still ahead of the pace"
+    finally:
+        snapshot_transmission.close_serializer_files(so)
+
+
+@pytest.mark.parametrize("ready", [False, True])
+def test_a_snapshot_with_nothing_to_send_costs_one_message_per_round(tmp_path: Any, ready: bool) -> None:
+    # A follower behind the leader's log start gets a snapshot; while it is being built (or ahead of its pace),
+    # the leader's round of AppendEntries sends one "nothing yet" message to it, not one after another for the
+    # whole heartbeat period (10 s here).
+    patches.apply()
+    transport = _RecordingTransport()
+    so = _Coalescing(transport)
+    full = tmp_path / "raft.dump.full"
+    full.write_bytes(b"x" * 3000)
+    try:
+        follower = so.lead()
+        for i in range(3):
+            so._applyCommand(b"cmd%d" % i, None)
+        so._checkCommandsToApply()
+        start = so._SyncObj__raftLog[0][1]
+        so._SyncObj__raftNextIndex[follower] = start  # at the log start: a snapshot is due
+        so._SyncObj__serializer._Serializer__fileName = str(tmp_path / "raft.dump")  # a file-backed group's
+        snapshot_transmission.set_transmission_source(so, lambda: str(full) if ready else None)
+        transport.sent.clear()
+        began = monotonic()
+        so._flush_append_entries()
+        snapshots = [m for m in _append_entries(transport) if "serialized" in m]
+        assert monotonic() - began < 5.0
+        if ready:  # a built one streams in this round, to its end
+            assert [m["serialized"] is not None for m in snapshots] == [True] * len(snapshots) and snapshots
+            assert snapshots[-1]["serialized"][2], "the last chunk"
+        else:
+            assert [m["serialized"] for m in snapshots] == [None]
+            assert so._SyncObj__raftNextIndex[follower] == start, "its next index back after the round"
+    finally:
+        snapshot_transmission.close_serializer_files(so)
+        so.destroy()
+        patches.close_pipe_notifier(so)
