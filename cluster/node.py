@@ -215,8 +215,9 @@ class Node:
             config.node_id, self.nodes, config.leader_balance_hold_s, self._balance_candidates
         )
         self.reassignments = ReassignmentDriver(
-            config, self.raft, self.nodes, self.controller, self.peer_view, self._internal_placements
-        )
+            config, self.raft, self.nodes, self.controller, self.peer_view, self._internal_placements,
+            self.replicas.high_watermark,
+        )  # fmt: skip
         self._tasks: list[asyncio.Task[None]] = []
 
     def services(self) -> Services:

@@ -205,8 +205,12 @@ def cmd_reassignments(args: argparse.Namespace) -> int:
     if not moves:
         print("no partition is moving")
     for m in moves:
-        behind = m.get("entries_behind") or {}
-        lag = ", ".join(f"node {n}: {v if v is not None else 'not yet a voter'}" for n, v in behind.items())
+        roles, entries, offsets = m.get("roles") or {}, m.get("entries_behind") or {}, m.get("offsets_behind") or {}
+        lag = ", ".join(
+            f"node {n} ({role}): {entries.get(n, '?')} entries"
+            + (f", {offsets[n]} offsets" if offsets.get(n) is not None else "")
+            for n, role in roles.items()
+        )
         print(f"{m['topic']}-{m['partition']}\t{m['state']}\t{m['replicas']} -> {m['target_replicas']}"
               f"\tleader {m.get('leader', '?')}\tbehind: {lag or 'unknown'}")  # fmt: skip
     return 0

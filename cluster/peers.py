@@ -91,6 +91,13 @@ class PeerView:
                 best = info
         return best
 
+    def reported(self, node_id: int, group_id: str) -> dict[str, Any]:
+        """What live peer ``node_id`` last reported of its replica of ``group_id`` (empty when nothing)."""
+        p = self.peers.get(node_id)
+        if p is None or not self.is_alive(node_id):
+            return {}
+        return dict(p.partitions.get(group_id) or {})
+
     def controller_leader(self) -> int | None:
         for p in self.peers.values():
             if self.is_alive(p.node_id) and p.controller_leader is not None:

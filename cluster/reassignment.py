@@ -71,8 +71,10 @@ class ReassignmentDriver:
         controller: ControllerService,
         peer_view: PeerView,
         internal_placements: Callable[[], Mapping[str, tuple[int, ...]]],
+        high_watermark: Callable[[str], int | None] = lambda _gid: None,
     ) -> None:
         self._config = config
+        self._high_watermark = high_watermark  # a local data partition's high watermark, by group id
         self._raft = raft
         self._nodes = nodes
         self._controller = controller
@@ -183,21 +185,39 @@ class ReassignmentDriver:
         return fit > len(target) // 2
 
     def progress(self, move: Reassignment) -> dict[str, Any] | None:
-        """The move as its group's leader sees it (None when this node does not lead the group)."""
+        """The move as its group's leader sees it (None when this node does not lead the group).
+
+        Per target node: its role (voter, learner, or pending: not replicated to yet), the Raft entries it
+        is behind the leader's log, and for a data partition the offsets its replica is behind the leader's
+        high watermark (as that node last reported it to its peers)."""
         group = self._raft.group(move.group_id)
         if group is None or not group.is_leader():
             return None
         voters = self._ids(group.voters())
-        behind: dict[str, int | None] = {}
+        learners = self._ids(group.learners())
+        hw = self._high_watermark(move.group_id) if move.topic is not None else None
+        roles: dict[str, str] = {}
+        entries: dict[str, int | None] = {}
+        offsets: dict[str, int | None] = {}
         for n in move.target:
-            if n != self._config.node_id:
-                behind[str(n)] = group.member_lag(self._address(n)) if n in voters else None
-        return {
+            if n == self._config.node_id:
+                continue
+            roles[str(n)] = "voter" if n in voters else "learner" if n in learners else "pending"
+            entries[str(n)] = group.member_lag(self._address(n)) if roles[str(n)] != "pending" else None
+            if hw is not None:
+                reported = self._peer_view.reported(n, move.group_id).get("high_watermark")
+                offsets[str(n)] = max(0, hw - int(reported)) if isinstance(reported, int) else None
+        out: dict[str, Any] = {
             "group_id": move.group_id,
             "leader": self._config.node_id,
             "voters": sorted(voters),
-            "entries_behind": behind,
+            "roles": roles,
+            "entries_behind": entries,
         }
+        if hw is not None:
+            out["high_watermark"] = hw
+            out["offsets_behind"] = offsets
+        return out
 
     # ---- the controller leader's duties ------------------------------------------------------------
 

@@ -146,6 +146,11 @@ class ReplicaManager:
     def get(self, topic: str, partition: int) -> LocalReplica | None:
         return self.replicas.get((topic, partition))
 
+    def high_watermark(self, group_id: str) -> int | None:
+        """The high watermark of this node's replica of the data partition ``group_id`` (None: none here)."""
+        rep = self._by_group.get(group_id)
+        return rep.log.high_watermark if rep is not None else None
+
     def reconcile(self, view: ControllerView) -> None:
         """Start and stop local groups so they match ``view``. Idempotent; loop thread."""
         self._view = view

@@ -42,7 +42,9 @@ def operation_paths() -> dict[str, Any]:
         },
         "/v1/reassignments": {
             "get": _op("every move: {reassignments: [{topic, partition, group_id, replicas, target_replicas, "
-                       "adding_replicas, removing_replicas, state, started_ms, leader, voters, entries_behind}]}; "
+                       "adding_replicas, removing_replicas, state, started_ms, leader, voters, roles "
+                       "(voter|learner|pending per target node), entries_behind (Raft entries), high_watermark, "
+                       "offsets_behind (data partitions)}]}; "
                        "DESCRIBE on CLUSTER", errors=_ERRORS),
         },
     }  # fmt: skip
