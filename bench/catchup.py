@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .harness import BenchCluster, add_node_setting_argument, http_json, node_settings_or_exit, wait_for
+from .harness import BenchCluster, add_partition_write_arguments, http_json, node_settings_or_exit, wait_for
 from .measure import machine_info
 from .produce_load import TOPIC, Load, PartitionWriter, ProduceHttp, make_records
 
@@ -157,14 +157,7 @@ def _phases(workdir: Path, group: str, leader: int, follower: int, catchup: dict
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="txbroker bench catchup", description=__doc__.split("\n\n")[0])
     p.add_argument("--mib", type=int, default=1024, help="MiB of record payload to write (default 1024)")
-    p.add_argument("--record-size", type=int, default=1024)
-    p.add_argument("--batch-bytes", type=int, default=64 * 1024, help="record payload bytes per batch")
-    p.add_argument("--concurrency", type=int, default=5, choices=range(1, 6), metavar="K",
-                   help="produce requests in flight (1-5, default 5)")  # fmt: skip
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds the catch-up may take (default 3600)")
-    p.add_argument("--keep", metavar="DIR", help="run the cluster in DIR and keep its logs and data")
-    add_node_setting_argument(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_partition_write_arguments(p, "the catch-up")
     return p
 
 

@@ -59,6 +59,20 @@ def http_json(method: str, url: str, body: Any = None, timeout: float = 10.0, ac
         return exc.code, json.loads(exc.read() or b"null")
 
 
+def add_partition_write_arguments(p: argparse.ArgumentParser, what: str) -> None:
+    """The options of a bench that writes ``--mib`` MiB to one partition (``produce_load.PartitionWriter``) and
+    waits for ``what``: record and batch sizes, requests in flight, the timeout, ``--keep``, ``--node-setting``
+    and ``--json``."""
+    p.add_argument("--record-size", type=int, default=1024)
+    p.add_argument("--batch-bytes", type=int, default=64 * 1024, help="record payload bytes per batch")
+    p.add_argument("--concurrency", type=int, default=5, choices=range(1, 6), metavar="K",
+                   help="produce requests in flight per partition (1-5, default 5)")  # fmt: skip
+    p.add_argument("--timeout", type=float, default=3600.0, help=f"seconds {what} may take (default 3600)")
+    p.add_argument("--keep", metavar="DIR", help="run the cluster in DIR and keep its logs and data")
+    add_node_setting_argument(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
 def add_node_setting_argument(p: argparse.ArgumentParser) -> None:
     """``--node-setting KEY=VALUE`` (repeatable), for ``parse_node_settings``."""
     p.add_argument(

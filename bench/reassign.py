@@ -40,7 +40,7 @@ from typing import Any
 from cluster.health import scrape
 
 from .catchup import MIB, log_events, write
-from .harness import BenchCluster, add_node_setting_argument, http_json, node_settings_or_exit, wait_for
+from .harness import BenchCluster, add_partition_write_arguments, http_json, node_settings_or_exit, wait_for
 from .measure import host_cpu, machine_info, proc_stat, self_cpu, threads_cpu_by_kind
 from .produce_load import Load, PartitionWriter, ProduceHttp, make_records
 
@@ -252,14 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mib", type=int, default=1024, help="MiB of record payload in the moving partition (default 1024)")
     p.add_argument("--window", type=float, default=15.0, help="seconds of load measured before and during the move")
     p.add_argument("--warmup", type=float, default=3.0, help="seconds of load before the first window (default 3)")
-    p.add_argument("--record-size", type=int, default=1024)
-    p.add_argument("--batch-bytes", type=int, default=64 * 1024, help="record payload bytes per batch")
-    p.add_argument("--concurrency", type=int, default=5, choices=range(1, 6), metavar="K",
-                   help="produce requests in flight per partition (1-5, default 5)")  # fmt: skip
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds the move may take (default 3600)")
-    p.add_argument("--keep", metavar="DIR", help="run the cluster in DIR and keep its logs and data")
-    add_node_setting_argument(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_partition_write_arguments(p, "the move")
     return p
 
 

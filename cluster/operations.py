@@ -23,7 +23,7 @@ from clients.protocol import BrokerError, ErrorCode
 from .cluster_nodes import ClusterNodes
 from .config import NodeConfig
 from .controller_service import ControllerService
-from .controller_view import NODE_ACTIVE, NodeRecord, Reassignment
+from .controller_view import NodeRecord, Reassignment
 from .membership import (
     cancel_reassignment_command,
     decommission_command,
@@ -181,6 +181,3 @@ class ClusterOperations:
                 item.update(report)
             out.append(item)
         return out
-
-    def active_node_count(self) -> int:
-        return sum(1 for n in self._nodes.node_ids() if self._nodes.state(n) == NODE_ACTIVE)

@@ -17,7 +17,6 @@ from aiohttp import web
 from clients.protocol import BrokerError, ErrorCode
 
 from ..controller_service import CONTROLLER_COMMAND_PATH
-from ..membership import MEMBERSHIP_OPS
 from ..security.acl import Operation, ResourceType
 from . import parsing
 from .access import Access, Need, RouteTable
@@ -31,7 +30,7 @@ PROGRESS_PATH = "/v1/internal/reassignments/progress"
 ALTER_CLUSTER = Access.user(Need(Operation.ALTER, ResourceType.CLUSTER))
 DESCRIBE_CLUSTER = Access.user(Need(Operation.DESCRIBE, ResourceType.CLUSTER))
 # Nodes may propose only what a node does on its own: finishing a move, the driver's node states.
-_NODE_COMMANDS = frozenset({"complete_reassignment", "set_node_state"}) & MEMBERSHIP_OPS
+_NODE_COMMANDS = frozenset({"complete_reassignment", "set_node_state"})
 
 
 class OperationRoutes:
