@@ -73,7 +73,7 @@ class ClusterNodes:
         for rec in view.nodes.values():
             # The registry records the scheme each node was added with; this cluster's scheme is what its
             # own config says (every node of a cluster serves TLS, or none does).
-            addr = NodeAddress(rec.node_id, rec.host, rec.http_port, rec.raft_port, self._scheme)
+            addr = NodeAddress(rec.node_id, rec.host, rec.http_port, rec.raft_port, self._scheme, rec.kafka_port)
             nodes[rec.node_id] = addr
             states[rec.node_id] = rec.state
         if view.founders:

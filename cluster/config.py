@@ -40,10 +40,16 @@ class NodeAddress:
     http_port: int
     raft_port: int
     scheme: str = "http"  # "https" in a cluster whose nodes serve TLS (every node of a cluster does, or none)
+    kafka_port: int | None = None  # the Kafka listener's port (None: the node has none)
 
     @property
     def url(self) -> str:
         return f"{self.scheme}://{self.host}:{self.http_port}"
+
+    @property
+    def kafka_address(self) -> str | None:
+        """``host:port`` of the node's Kafka listener (what Kafka clients bootstrap from), or None."""
+        return None if self.kafka_port is None else f"{self.host}:{self.kafka_port}"
 
     @property
     def raft_address(self) -> str:
@@ -208,6 +214,11 @@ class NodeConfig:
     cluster_id: str
     cluster_secret: str
     nodes: tuple[NodeAddress, ...]
+    # the Kafka listener (None: this node serves no Kafka clients)
+    kafka_port: int | None = None
+    kafka_max_frame_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes: larger frames close the connection
+    kafka_max_inflight_per_connection: int = 5  # requests of one connection handled at once (responses in order)
+    kafka_connections_max_idle_ms: int = 600_000  # connections.max.idle.ms
     # HTTP
     max_request_bytes: int = 16 * 1024 * 1024
     max_fetch_wait_ms: int = 30_000
@@ -327,7 +338,13 @@ def parse_config(raw: dict[str, Any], base_dir: Path | None = None) -> NodeConfi
         nodes = tuple(
             sorted(
                 (
-                    NodeAddress(int(n["id"]), str(n["host"]), int(n["http_port"]), int(n["raft_port"]))
+                    NodeAddress(
+                        int(n["id"]),
+                        str(n["host"]),
+                        int(n["http_port"]),
+                        int(n["raft_port"]),
+                        kafka_port=int(n["kafka_port"]) if n.get("kafka_port") is not None else None,
+                    )
                     for n in nodes_raw
                 ),
                 key=lambda a: a.id,
@@ -374,6 +391,14 @@ def parse_config(raw: dict[str, Any], base_dir: Path | None = None) -> NodeConfi
     me = cfg.self_address
     if (me.host, me.http_port, me.raft_port) != (cfg.host, cfg.http_port, cfg.raft_port):
         raise ConfigError("node_id/host/ports disagree with this node's [[nodes]] entry")
+    if me.kafka_port is not None and me.kafka_port != cfg.kafka_port:
+        raise ConfigError("kafka_port disagrees with this node's [[nodes]] entry")
+    if cfg.kafka_port is not None and not 0 < cfg.kafka_port < 65536:
+        raise ConfigError("kafka_port must be a TCP port (1-65535)")
+    if cfg.kafka_max_frame_bytes < 1024:
+        raise ConfigError("kafka_max_frame_bytes must be at least 1024")
+    if cfg.kafka_max_inflight_per_connection < 1:
+        raise ConfigError("kafka_max_inflight_per_connection must be at least 1")
     if not 1 <= cfg.transaction_state_partitions <= 1024:
         raise ConfigError("transaction_state_partitions must be between 1 and 1024 (and never change later)")
     if not 1 <= cfg.offsets_topic_partitions <= 1024:
@@ -407,6 +432,7 @@ def render_config(cfg: NodeConfig) -> str:
         f"host = {_toml_value(cfg.host)}",
         f"http_port = {cfg.http_port}",
         f"raft_port = {cfg.raft_port}",
+        *([f"kafka_port = {cfg.kafka_port}"] if cfg.kafka_port is not None else []),
         f"data_dir = {_toml_value(str(cfg.data_dir))}",
         f"cluster_id = {_toml_value(cfg.cluster_id)}",
         "# authenticates Raft traffic between nodes: keep this file private",
@@ -414,8 +440,8 @@ def render_config(cfg: NodeConfig) -> str:
         f"log_format = {_toml_value(cfg.log_format)}",
     ]
     # Every other setting that is not its default (tuning a cluster made by `cluster init` or a bench).
-    written = {"node_id", "host", "http_port", "raft_port", "data_dir", "cluster_id", "cluster_secret", "log_format",
-               "nodes", "extra", "security", "founders"}  # fmt: skip
+    written = {"node_id", "host", "http_port", "raft_port", "kafka_port", "data_dir", "cluster_id", "cluster_secret",
+               "log_format", "nodes", "extra", "security", "founders"}  # fmt: skip
     for f in fields(NodeConfig):
         value = getattr(cfg, f.name)
         if f.name not in written and f.default is not MISSING and value != f.default:
@@ -430,6 +456,7 @@ def render_config(cfg: NodeConfig) -> str:
             f"host = {_toml_value(n.host)}",
             f"http_port = {n.http_port}",
             f"raft_port = {n.raft_port}",
+            *([f"kafka_port = {n.kafka_port}"] if n.kafka_port is not None else []),
             "",
         ]
     if cfg.security is not None:
@@ -445,6 +472,7 @@ def make_cluster_configs(
     hosts: list[str] | None = None,
     http_ports: list[int] | None = None,
     raft_ports: list[int] | None = None,
+    kafka_ports: list[int] | None = None,
     base_port: int = 9091,
     cluster_id: str | None = None,
     secret: str | None = None,
@@ -453,25 +481,38 @@ def make_cluster_configs(
 
     ``hosts`` (one address per node, node ``i + 1`` at ``hosts[i]``) overrides ``host``; a
     harness that gives every node its own network namespace passes them. Ports default to
-    ``base_port..base_port+n-1`` for HTTP and the next ``n`` for Raft. Tests pass explicit
-    free ports.
+    ``base_port..base_port+n-1`` for HTTP, the next ``n`` for Raft and the ``n`` after those
+    for the Kafka listener. Tests pass explicit free HTTP and Raft ports; the Kafka ports
+    are then free ports chosen now unless ``kafka_ports`` names them.
     """
     if n < 1:
         raise ConfigError("a cluster needs at least one node")
     if hosts is not None and len(hosts) != n:
         raise ConfigError(f"hosts lists {len(hosts)} addresses for {n} nodes")
     hosts = hosts or [host] * n
+    if kafka_ports is None:
+        explicit = http_ports is not None or raft_ports is not None
+        kafka_ports = (
+            _free_ports_besides(n, "127.0.0.1", {*(http_ports or ()), *(raft_ports or ())})
+            if explicit
+            else [base_port + 2 * n + i for i in range(n)]
+        )
+    if len(kafka_ports) != n:
+        raise ConfigError(f"kafka_ports lists {len(kafka_ports)} ports for {n} nodes")
     http_ports = http_ports or [base_port + i for i in range(n)]
     raft_ports = raft_ports or [base_port + n + i for i in range(n)]
     cluster_id = cluster_id or secrets.token_hex(8)
     secret = secret or secrets.token_urlsafe(24)
-    nodes = tuple(NodeAddress(i + 1, hosts[i], http_ports[i], raft_ports[i]) for i in range(n))
+    nodes = tuple(
+        NodeAddress(i + 1, hosts[i], http_ports[i], raft_ports[i], kafka_port=kafka_ports[i]) for i in range(n)
+    )
     return [
         NodeConfig(
             node_id=a.id,
             host=a.host,
             http_port=a.http_port,
             raft_port=a.raft_port,
+            kafka_port=a.kafka_port,
             data_dir=(directory / f"node-{a.id}").resolve(),
             cluster_id=cluster_id,
             cluster_secret=secret,
@@ -490,6 +531,14 @@ def write_configs(configs: list[NodeConfig], directory: Path) -> list[Path]:
         p.chmod(0o600)
         paths.append(p)
     return paths
+
+
+def _free_ports_besides(n: int, host: str, taken: set[int]) -> list[int]:
+    for _ in range(100):
+        ports = free_ports(n, host)
+        if not taken & set(ports):
+            return ports
+    raise ConfigError(f"no {n} free ports on {host} beside {sorted(taken)}")
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:

@@ -360,6 +360,7 @@ class ControllerService:
             "url": addr.url if addr else None,
             "host": addr.host if addr else None,
             "raft_port": addr.raft_port if addr else None,
+            "kafka": addr.kafka_address if addr else None,
             "alive": self._peer_view.is_alive(node_id),
             "state": self._nodes.state(node_id) or "active",
             "controller_voter": addr is not None and addr.raft_address in voters,

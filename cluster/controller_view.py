@@ -42,10 +42,11 @@ class NodeRecord:
     raft_port: int
     scheme: str = "http"
     state: str = NODE_ACTIVE
+    kafka_port: int | None = None
 
     @property
     def address(self) -> NodeAddress:
-        return NodeAddress(self.node_id, self.host, self.http_port, self.raft_port, self.scheme)
+        return NodeAddress(self.node_id, self.host, self.http_port, self.raft_port, self.scheme, self.kafka_port)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +56,7 @@ class NodeRecord:
             "raft_port": self.raft_port,
             "scheme": self.scheme,
             "state": self.state,
+            "kafka_port": self.kafka_port,
         }
 
     @classmethod
@@ -66,6 +68,7 @@ class NodeRecord:
             raft_port=int(d["raft_port"]),
             scheme=str(d.get("scheme", "http")),
             state=str(d.get("state", NODE_ACTIVE)),
+            kafka_port=int(d["kafka_port"]) if d.get("kafka_port") is not None else None,
         )
 
 

@@ -364,6 +364,34 @@ def _node_families(s: NodeSample) -> Iterator[Metric]:
 # ---- the node's metric objects ------------------------------------------------------------
 
 
+class KafkaMetrics:
+    """The Kafka listener's metrics (``cluster.kafka.server``): requests per API key and version."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.requests = Counter(
+            f"{PREFIX}_kafka_requests",
+            "Kafka protocol requests by API, version and outcome (ok, an error name, malformed, unsupported)",
+            ["api", "version", "outcome"],
+            registry=r,
+        )
+        self.request_duration = Histogram(
+            f"{PREFIX}_kafka_request_duration_seconds",
+            "Kafka protocol request latency by API (a Fetch's long-poll included)",
+            ["api"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.connections = Gauge(f"{PREFIX}_kafka_connections", "Open Kafka client connections", registry=r)
+        self.rejected_frames = Counter(
+            f"{PREFIX}_kafka_rejected_frames",
+            "Kafka frames refused before decoding (connection closed), by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.bytes_received = Counter(f"{PREFIX}_kafka_received_bytes", "Bytes of Kafka requests", registry=r)
+        self.bytes_sent = Counter(f"{PREFIX}_kafka_sent_bytes", "Bytes of Kafka responses", registry=r)
+
+
 class NodeMetrics:
     """The metric objects of one node, registered in ``self.registry``.
 
@@ -430,6 +458,7 @@ class NodeMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.kafka = KafkaMetrics(r)
 
         # idempotence
         self.duplicate_batches = Counter(

@@ -34,6 +34,8 @@ from .controller_view import ControllerView
 from .group_service import GroupService
 from .http import PeerHttpClient, Services, make_app
 from .internal_groups import InternalGroups
+from .kafka import KafkaServer
+from .kafka.handlers import ALL_APIS
 from .leader_balance import Candidate, LeaderBalancer
 from .metrics import GroupRaftSample, NodeMetrics, NodeSample
 from .offset_lookup import OffsetLookup
@@ -411,6 +413,7 @@ class NodeServer:
         self.metrics = NodeMetrics()
         self.node: Node | None = None
         self._runner: web.AppRunner | None = None
+        self.kafka: KafkaServer | None = None
 
     async def start(self) -> None:
         if self.config.security is None:
@@ -428,11 +431,18 @@ class NodeServer:
         )
         await site.start()
         log.info("node %d serving %s", self.config.node_id, self.config.url)
+        if self.config.kafka_port is not None:
+            self.kafka = KafkaServer(self.node.services(), ALL_APIS, self.metrics.kafka, ssl_context=self.ssl_context)
+            await self.kafka.start(self.config.host, self.config.kafka_port)
+            log.info("node %d serving Kafka clients on %s:%d", self.config.node_id, self.config.host,
+                     self.config.kafka_port)  # fmt: skip
 
     async def stop(self) -> None:
         await self.metrics.stop_loop_monitor()
         if self.node is not None:
             await self.node.drain()
+        if self.kafka is not None:
+            await self.kafka.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         if self.node is not None:

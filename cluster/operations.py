@@ -81,11 +81,12 @@ class ClusterOperations:
         if not isinstance(host, str) or not _HOST.match(host):
             raise BrokerError(ErrorCode.INVALID_REQUEST, "host must be a host name or address")
         http_port, raft_port = _port(body, "http_port"), _port(body, "raft_port")
-        if http_port == raft_port:
-            raise BrokerError(ErrorCode.INVALID_REQUEST, "http_port and raft_port must differ")
+        kafka_port = _port(body, "kafka_port") if body.get("kafka_port") is not None else None
+        if len({http_port, raft_port, kafka_port} - {None}) != 3 - (kafka_port is None):
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "http_port, raft_port and kafka_port must differ")
         scheme = self._config.self_address.scheme
         rec: NodeRecord = await self._controller.submit_command(
-            register_node_command(NodeRecord(node_id, host, http_port, raft_port, scheme))
+            register_node_command(NodeRecord(node_id, host, http_port, raft_port, scheme, kafka_port=kafka_port))
         )
         return rec
 

@@ -158,8 +158,10 @@ class LocalCluster:
     def __init__(self, directory: Path, n: int = 3, **config_overrides: Any) -> None:
         self.dir = directory
         self.n = n
-        ports = free_ports(2 * n)
-        self.configs: list[NodeConfig] = make_cluster_configs(n, directory, http_ports=ports[:n], raft_ports=ports[n:])
+        ports = free_ports(3 * n)
+        self.configs: list[NodeConfig] = make_cluster_configs(
+            n, directory, http_ports=ports[:n], raft_ports=ports[n : 2 * n], kafka_ports=ports[2 * n :]
+        )
         if config_overrides:
             from dataclasses import replace
 
@@ -203,6 +205,11 @@ class LocalCluster:
     @property
     def urls(self) -> list[str]:
         return [c.url for c in self.configs]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The nodes' Kafka listeners, as Kafka clients' ``bootstrap.servers``."""
+        return ",".join(c.self_address.kafka_address or "" for c in self.configs if c.kafka_port is not None)
 
     def start_node(self, node_id: int) -> None:
         assert node_id not in self.procs or self.procs[node_id].poll() is not None, f"node {node_id} is running"

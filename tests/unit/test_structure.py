@@ -47,7 +47,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                         "readiness", "security", "security.*", "security_state", "topic_admin")),
     ("services", ("controller_service", "partitions", "routed_produce", "group_service", "offset_lookup", "txn",
                   "txn.*", "operations", "reassignment", "leader_balance")),
-    ("http", ("http", "http.*")),
+    ("adapters", ("http", "http.*", "kafka", "kafka.*")),
     ("process", ("node", "cli", "__main__", "health", "client_commands", "copier", "client_config",
                  "security_commands", "operations_commands", "topic_commands", "group_cli")),
 ]  # fmt: skip

@@ -1,0 +1,106 @@
+"""Metadata (key 3): the nodes' Kafka listeners, the controller, and each topic's partitions and leaders.
+
+Only nodes with a Kafka listener are listed. A partition's leader is the node
+this node knows leads its Raft group (-1 with LEADER_NOT_AVAILABLE while an
+election runs); its replicas are the group's voters, and all of them are
+reported in sync (Raft commits on a majority, so ``min.insync.replicas`` is
+what the controller enforces, not a shrinking ISR). Leader epochs are not
+tracked (-1), so clients skip KIP-320's epoch checks. A topic's id is a UUID
+derived from the cluster id and the controller's topic number. Topics the
+caller may not DESCRIBE are left out of a listing and answered
+TOPIC_AUTHORIZATION_FAILED when named.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from clients.protocol import ErrorCode
+
+from ...security.acl import ResourceType
+from ...topics import TopicMetadata
+from ..api import KafkaApi, RequestContext
+
+__all__ = ["API", "topic_uuid"]
+
+_Topic = MetadataResponse.MetadataResponseTopic
+_Partition = _Topic.MetadataResponsePartition
+_Broker = MetadataResponse.MetadataResponseBroker
+
+
+def topic_uuid(cluster_id: str, topic_id: int) -> uuid.UUID:
+    """The Kafka topic id of the controller's topic number ``topic_id`` (stable for the topic's life)."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"txbroker:{cluster_id}:{topic_id}")
+
+
+def brokers(ctx: RequestContext) -> list[Any]:
+    out = []
+    for node_id in ctx.services.nodes.node_ids():
+        addr = ctx.services.nodes.node(node_id)
+        if addr is not None and addr.kafka_port is not None:
+            out.append(_Broker(node_id=node_id, host=addr.host, port=addr.kafka_port, rack=None))
+    return out
+
+
+def _topic(ctx: RequestContext, meta: TopicMetadata) -> Any:
+    controller = ctx.services.controller
+    parts = []
+    for a in meta.partitions:
+        leader = controller.partition_leader(meta, a.partition)
+        parts.append(
+            _Partition(
+                error_code=0 if leader is not None else ErrorCode.LEADER_NOT_AVAILABLE.code,
+                partition_index=a.partition,
+                leader_id=leader if leader is not None else -1,
+                leader_epoch=-1,
+                replica_nodes=list(a.replicas),
+                isr_nodes=list(a.replicas),
+                offline_replicas=[],
+            )
+        )
+    return _Topic(
+        error_code=0,
+        name=meta.name,
+        topic_id=topic_uuid(ctx.services.config.cluster_id, meta.topic_id),
+        is_internal=False,
+        partitions=parts,
+    )
+
+
+def _refused(name: str, code: ErrorCode) -> Any:
+    return _Topic(error_code=code.code, name=name, topic_id=uuid.UUID(int=0), is_internal=False, partitions=[])
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    view = ctx.services.controller.view
+    guard = ctx.guard
+    topics: list[Any] = []
+    if request.topics is None or (ctx.api_version == 0 and not request.topics):
+        for name in sorted(view.topics):
+            if guard.may_describe(ResourceType.TOPIC, name):
+                topics.append(_topic(ctx, view.topics[name]))
+    else:
+        for requested in request.topics:
+            name = requested.name
+            if name is None:
+                topics.append(_refused("", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            elif not guard.may_describe(ResourceType.TOPIC, name):
+                topics.append(_refused(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            elif name not in view.topics:
+                topics.append(_refused(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            else:
+                topics.append(_topic(ctx, view.topics[name]))
+    leader = ctx.services.controller.leader_id()
+    return MetadataResponse(
+        throttle_time_ms=0,
+        brokers=brokers(ctx),
+        cluster_id=ctx.services.config.cluster_id,
+        controller_id=leader if leader is not None else -1,
+        topics=topics,
+    )
+
+
+API = KafkaApi("Metadata", MetadataRequest, MetadataResponse, 0, 12, handle)
