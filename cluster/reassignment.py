@@ -223,7 +223,10 @@ class ReassignmentDriver:
 
     async def _controller_duties(self, view: ControllerView, group: RaftGroup) -> None:
         if not view.nodes:
-            records = [NodeRecord(n.id, n.host, n.http_port, n.raft_port, n.scheme, kafka_port=n.kafka_port) for n in self._config.nodes]
+            records = [
+                NodeRecord(n.id, n.host, n.http_port, n.raft_port, n.scheme, kafka_port=n.kafka_port)
+                for n in self._config.nodes
+            ]
             await self._controller.submit_command(seed_nodes_command(records))
             return
         voters = self._ids(group.voters())
