@@ -57,6 +57,8 @@ from .topics import TopicMetadata, group_id_for
 from .txn.tokens import CarriedMarker, TxnTokens
 
 __all__ = [
+    "LIST_OFFSETS_EARLIEST",
+    "LIST_OFFSETS_LATEST",
     "MARKER_PATH",
     "READ_COMMITTED",
     "READ_REPLICA_ANY",
@@ -74,6 +76,8 @@ READ_UNCOMMITTED = "read_uncommitted"
 READ_REPLICA_LEADER = "leader"  # the default: only the partition's ready leader answers a fetch
 READ_REPLICA_ANY = "any"  # a follower read: any replica answers from its own committed copy
 MARKER_PATH = "/v1/internal/txn/marker"
+LIST_OFFSETS_LATEST = -1  # Kafka's ListOffsetsRequest.LATEST_TIMESTAMP
+LIST_OFFSETS_EARLIEST = -2  # ... EARLIEST_TIMESTAMP
 _CARRIED_EPOCHS_KEPT = 100_000
 _LEADER_HINT_WAIT_S = 1.0  # a long-poll that lost leadership waits this long at most to learn the new leader
 
@@ -460,6 +464,22 @@ class PartitionService:
         if isinstance(reported, int) and not isinstance(reported, bool):
             return max(own, reported)
         return own
+
+    async def list_offset(self, topic: str, partition: int, timestamp_ms: int, read_committed: bool) -> int:
+        """Kafka's ListOffsets on the partition's leader: ``LATEST`` (-1: the high watermark, or the LSO
+        for read_committed), ``EARLIEST`` (-2: the log start) or the first offset whose record timestamp
+        is at or after ``timestamp_ms`` (-1 when none is; the log scan runs in a worker thread)."""
+        _meta, rep = self._leader_replica(topic, partition)
+        plog = rep.log
+        if timestamp_ms == LIST_OFFSETS_LATEST:
+            return plog.last_stable_offset if read_committed else plog.high_watermark
+        if timestamp_ms == LIST_OFFSETS_EARLIEST:
+            return plog.log_start_offset
+        if timestamp_ms < 0:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"unknown ListOffsets timestamp {timestamp_ms}")
+        found = await asyncio.to_thread(plog.offset_for_timestamp, timestamp_ms)
+        bound = plog.last_stable_offset if read_committed else plog.high_watermark
+        return found if found is not None and found < bound else -1
 
     # ---- producer state and markers --------------------------------------------------------------
 

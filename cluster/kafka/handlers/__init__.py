@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from ..api import KafkaApi
-from . import api_versions, metadata
+from . import api_versions, list_offsets, metadata
 
 __all__ = ["ALL_APIS"]
 
 ALL_APIS: tuple[KafkaApi, ...] = (
     api_versions.API,
     metadata.API,
+    list_offsets.API,
 )
