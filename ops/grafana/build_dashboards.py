@@ -177,6 +177,30 @@ def overview() -> tuple[str, str, list[dict[str, Any]], list[Panel]]:
                 t("sum(txbroker_transactions_open)", "open"),
                 t("max(txbroker_transaction_oldest_open_age_seconds)", "oldest age (s)"),
             ),
+            ts(
+                "Kafka listener: requests by API",
+                t(f"sum by (api) (rate(txbroker_kafka_requests_total[{RI}]))", "{{api}}"),
+                unit="reqps",
+                description="Kafka protocol requests per second on the nodes' Kafka listeners, per API",
+            ),
+            ts(
+                "Kafka listener: errors and connections",
+                t(f'sum by (outcome) (rate(txbroker_kafka_requests_total{{outcome!="ok"}}[{RI}]))', "{{outcome}}"),
+                t("sum(txbroker_kafka_connections)", "open connections"),
+                description="Kafka requests that failed, were malformed or unsupported (per second), "
+                "and the open Kafka client connections",
+            ),
+            ts(
+                "Kafka listener: latency",
+                *quantiles("txbroker_kafka_request_duration_seconds", by="api"),
+                unit="s",
+            ),
+            ts(
+                "Kafka listener: bytes per second",
+                t(f"sum(rate(txbroker_kafka_received_bytes_total[{RI}]))", "received"),
+                t(f"sum(rate(txbroker_kafka_sent_bytes_total[{RI}]))", "sent"),
+                unit="Bps",
+            ),
         ],
     )
 
