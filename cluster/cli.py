@@ -500,6 +500,7 @@ EXTRA_BENCHES = {
     "secure": "bench.secure",  # producer throughput and latency, TLS + Basic + ACLs against a plain cluster
     "catchup": "bench.catchup",  # a replaced node's catch-up time against the time the data took to write
     "reassign": "bench.reassign",  # moving a 1 GiB partition onto a new node: its time, the produce load meanwhile
+    "kafka": "bench.kafka",  # librdkafka through the Kafka listener against the Python client over HTTP
 }
 
 
