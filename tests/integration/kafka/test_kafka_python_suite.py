@@ -1,0 +1,91 @@
+"""kafka-python's own integration tests, run against a txbroker cluster's Kafka listener.
+
+kafka-python ships its integration tests in its source distribution; they take
+an external broker from ``KAFKA_URI`` (and the broker's Kafka version from
+``KAFKA_VERSION``). This module fetches the source distribution of the
+installed kafka-python (``pip download``, cached under ``.cache/``), runs the
+selected tests in a subprocess against the module's cluster, writes which ran
+and how they ended to ``test-artifacts/kafka-python-suite.json``, and asserts
+that every selected test passed. ``SELECTED`` lists the producer, idempotent,
+transactional and consumer-group tests; ``NOT_SELECTED`` says why the others
+of those files are left out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import kafka
+import pytest
+
+from tests.support.cluster import LocalCluster
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[3]
+CACHE = REPO / ".cache"
+ARTIFACT = REPO / "test-artifacts" / "kafka-python-suite.json"
+#: The Kafka version the suite is told the broker speaks (it picks its skips and its clients' API versions by it).
+KAFKA_VERSION = "3.9.0"
+
+SELECTED = [
+    "test/integration/test_producer_integration.py",
+    "test/integration/test_consumer_integration.py",
+]
+NOT_SELECTED: dict[str, str] = {}
+
+
+def _source_tree() -> Path:
+    """kafka-python's source distribution for the installed version (downloaded once, then cached)."""
+    version = kafka.__version__
+    root = CACHE / f"kafka-python-{version}"
+    if (root / "test" / "integration").is_dir():
+        return root
+    CACHE.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+             f"kafka-python=={version}", "-d", tmp],
+            check=True, timeout=300,
+        )  # fmt: skip
+        (archive,) = Path(tmp).glob("kafka_python-*.tar.gz")
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter="data")
+        (Path(tmp) / f"kafka_python-{version}").rename(root)
+    return root
+
+
+def test_kafka_python_integration_suite_passes_against_the_kafka_listener(
+    kafka_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    src = _source_tree()
+    report = tmp_path / "junit.xml"
+    first = kafka_cluster.bootstrap_servers.split(",")[0]
+    env = dict(os.environ, KAFKA_URI=f"kafka://{first}", KAFKA_VERSION=KAFKA_VERSION)
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q",
+         "--timeout=120", f"--junitxml={report}", *SELECTED],
+        cwd=src, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    cases = []
+    for case in ET.parse(report).getroot().iter("testcase"):
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = child.tag
+        cases.append({"test": f"{case.get('classname')}::{case.get('name')}", "outcome": outcome})
+    ARTIFACT.parent.mkdir(exist_ok=True)
+    summary = {o: sum(1 for c in cases if c["outcome"] == o) for o in ("passed", "failure", "error", "skipped")}
+    record = {"kafka_python": kafka.__version__, "summary": summary, "cases": cases, "not_selected": NOT_SELECTED}
+    ARTIFACT.write_text(json.dumps(record, indent=2))
+    failed = [c["test"] for c in cases if c["outcome"] in ("failure", "error")]
+    assert summary["passed"] > 0, proc.stdout[-3000:]
+    assert not failed, f"{failed}\n{proc.stdout[-6000:]}"
