@@ -11,7 +11,8 @@ transactional consume-transform-produce copier, a Spark batch read and an
 exactly-once Spark write (when pyspark is installed), and the metrics; a 4th
 node added, a partition moved onto it under load and the node decommissioned
 again (``ops/demo_operate.py``); Kafka clients (confluent-kafka, kafka-python) on the Kafka listener, one
-log read through both doors and a transactional copy loop (``ops/demo_kafka.py``); then a second, secured cluster (``ops/demo_secure.py``: TLS, users, ACLs, a limited
+log read through both doors and a transactional copy loop (``ops/demo_kafka.py``); then a second, secured
+cluster (``ops/demo_secure.py``: TLS, users, ACLs, a limited
 user's transactional pipeline). Prints what happened and stops every process
 it started.
 
