@@ -20,12 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clients.protocol import BrokerError, ErrorCode
 
-from ..http.access import Guard
 from ..http.services import Services
+from ..security.guard import Guard
+
+if TYPE_CHECKING:
+    from .controller_calls import ControllerCalls
 
 __all__ = ["Connection", "KafkaApi", "RequestContext", "error_code", "error_message"]
 
@@ -64,6 +67,10 @@ class Connection:
     authenticated: bool = True
     #: per-connection state of a multi-step exchange (SCRAM's server nonce and first message)
     sasl_state: dict[str, Any] = field(default_factory=dict)
+    #: who the connection authenticated as (None: ``User:ANONYMOUS`` on an open listener)
+    principal: str | None = None
+    #: set by a handler whose answer is the connection's last (a failed authentication): the server closes it then
+    close_after_response: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +80,8 @@ class RequestContext:
     api_version: int
     client_id: str | None
     correlation_id: int
+    #: how a controller command reaches the controller leader from a node that does not lead it (None: it does not)
+    controller_calls: ControllerCalls | None = None
 
     @property
     def guard(self) -> Guard:

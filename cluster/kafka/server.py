@@ -30,17 +30,19 @@ import ssl
 import struct
 import time
 from collections.abc import Iterable
-from typing import Any
 
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from clients.protocol import BrokerError
 
-from ..http.access import Guard
 from ..http.services import Services
 from ..metrics import KafkaMetrics
+from ..security.guard import Guard
+from ..security.principals import ANONYMOUS
+from ..security.tls import peer_principal
 from .api import Connection, KafkaApi, RequestContext
+from .controller_calls import ControllerCalls
 from .handlers.api_versions import api_version_entries
 
 __all__ = ["UNSUPPORTED_VERSION", "KafkaServer"]
@@ -68,9 +70,8 @@ class KafkaServer:
         metrics: KafkaMetrics,
         *,
         ssl_context: ssl.SSLContext | None = None,
-        guard_for: Any = None,
     ) -> None:
-        """``guard_for(principal, host) -> Guard``: the rights of an authenticated principal (None: open)."""
+        """``ssl_context``: TLS on the port (the node's server context when its security has TLS)."""
         self._services = services
         self._config = services.config
         self._apis: dict[int, KafkaApi] = {}
@@ -80,7 +81,7 @@ class KafkaServer:
             self._apis[api.api_key] = api
         self._metrics = metrics
         self._ssl = ssl_context
-        self._guard_for = guard_for
+        self._controller_calls = ControllerCalls(services)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -95,6 +96,7 @@ class KafkaServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self, host: str, port: int) -> None:
+        await self._controller_calls.start()
         self._server = await asyncio.start_server(
             self._serve, host, port, ssl=self._ssl, reuse_address=True, limit=64 * 1024
         )
@@ -109,15 +111,31 @@ class KafkaServer:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
+        await self._controller_calls.close()
 
     # ---- one connection ---------------------------------------------------------------------------
 
     def _new_connection(self, writer: asyncio.StreamWriter) -> Connection:
         peer = writer.get_extra_info("peername")
         host = str(peer[0]) if isinstance(peer, tuple) and peer else "*"
-        secure = self._config.security is not None
-        guard = self._guard_for(None, host) if self._guard_for is not None else Guard(host=host)
-        return Connection(peer_host=host, tls=self._ssl is not None, guard=guard, authenticated=not secure)
+        sec = self._config.security
+        conn = Connection(peer_host=host, tls=self._ssl is not None, guard=Guard(host=host), authenticated=sec is None)
+        if sec is not None and "mtls" in sec.authentication:
+            # Kafka's SSL listener: a verified client certificate is the connection's principal, no SASL needed
+            principal = peer_principal(writer.get_extra_info("ssl_object"))
+            if principal is not None:
+                conn.principal = principal
+                conn.authenticated = True
+        conn.guard = self._guard(conn)
+        return conn
+
+    def _guard(self, conn: Connection) -> Guard:
+        """The connection's rights under the node's ACLs as they are now (read per request: ACLs change)."""
+        sec = self._config.security
+        principal = conn.principal or ANONYMOUS
+        if sec is None or not sec.authorizer:
+            return Guard(principal, conn.peer_host)
+        return Guard(principal, conn.peer_host, self._services.controller.security_view().authorizer)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -127,7 +145,7 @@ class KafkaServer:
         conn = self._new_connection(writer)
         pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue()
         slots = asyncio.Semaphore(self._config.kafka_max_inflight_per_connection)
-        responder = asyncio.create_task(self._respond(pending, slots, writer))
+        responder = asyncio.create_task(self._respond(pending, slots, writer, conn))
         try:
             await self._read_requests(reader, conn, pending, slots)
         except (_Close, asyncio.IncompleteReadError, ConnectionError, TimeoutError, ssl.SSLError) as exc:
@@ -189,6 +207,7 @@ class KafkaServer:
         pending: asyncio.Queue[asyncio.Task[bytes | None] | None],
         slots: asyncio.Semaphore,
         writer: asyncio.StreamWriter,
+        conn: Connection,
     ) -> None:
         while True:
             task = await pending.get()
@@ -206,6 +225,9 @@ class KafkaServer:
             writer.write(answer)
             self._metrics.bytes_sent.inc(len(answer))
             await writer.drain()
+            if conn.close_after_response:  # a failed authentication: its answer is the last
+                writer.close()
+                return
 
     async def _handle(
         self, api: KafkaApi, version: int, correlation_id: int, frame: bytes, conn: Connection
@@ -221,7 +243,10 @@ class KafkaServer:
             self._metrics.requests.labels(api.name, str(version), "malformed").inc()
             log.info("malformed %s v%d request: %s", api.name, version, exc)
             raise _Close("malformed request") from exc
-        ctx = RequestContext(self._services, conn, version, header.client_id, correlation_id)
+        conn.guard = self._guard(conn)
+        ctx = RequestContext(
+            self._services, conn, version, header.client_id, correlation_id, controller_calls=self._controller_calls
+        )
         try:
             response = await api.handle(ctx, request)
         except BrokerError as exc:
