@@ -154,8 +154,8 @@ class KafkaServer:
             try:
                 # The requests already read are answered (the responder drains the queue), then the end.
                 await asyncio.wait_for(_finish(pending, responder), _FINISH_S)
-            except (TimeoutError, asyncio.CancelledError):
-                responder.cancel()
+            except (TimeoutError, asyncio.CancelledError, ConnectionError, ssl.SSLError):
+                responder.cancel()  # out of time, or the client is gone: nothing more to answer
             self._metrics.connections.dec()
             writer.close()
             with contextlib.suppress(Exception):

@@ -3,7 +3,8 @@
 Any authenticated caller may ask (as in Kafka); the cluster's authorized
 operations are computed when asked for (Kafka's bit field of the ACL
 operation codes the caller holds on CLUSTER, DESCRIBE_CONFIGS and
-ALTER_CONFIGS following DESCRIBE and ALTER). Only the brokers endpoint type
+ALTER_CONFIGS following DESCRIBE and ALTER; Metadata answers the same field
+for the cluster and its topics). Only the brokers endpoint type
 is served (a controllers listing is INVALID_REQUEST: the controller is a
 Raft group of the nodes, not separate servers). No node is fenced.
 """
@@ -19,11 +20,11 @@ from clients.protocol import ErrorCode
 from ...security.acl import CLUSTER_NAME, Operation, ResourceType
 from ..api import KafkaApi, RequestContext
 
-__all__ = ["API", "authorized_operations"]
+__all__ = ["API", "NOT_ASKED", "authorized_operations"]
 
 _Broker = DescribeClusterResponse.DescribeClusterBroker
-#: Kafka's ``Integer.MIN_VALUE``: the authorized operations were not asked for
-_NOT_ASKED = -(2**31)
+#: The authorized operations were not asked for (kafka-python encodes it as Kafka's ``Integer.MIN_VALUE``)
+NOT_ASKED = None
 _BROKERS = 1
 #: Kafka's ACL operation codes on CLUSTER, and the operation of txbroker's model each one needs
 _CLUSTER_OPERATIONS: tuple[tuple[int, Operation], ...] = (
@@ -36,12 +37,27 @@ _CLUSTER_OPERATIONS: tuple[tuple[int, Operation], ...] = (
 )
 
 
-def authorized_operations(ctx: RequestContext) -> int:
-    bits = 0
-    for code, op in _CLUSTER_OPERATIONS:
-        if ctx.guard.allowed(op, ResourceType.CLUSTER, CLUSTER_NAME):
-            bits |= 1 << code
-    return bits
+#: the same for a topic
+_TOPIC_OPERATIONS: tuple[tuple[int, Operation], ...] = (
+    (3, Operation.READ),
+    (4, Operation.WRITE),
+    (5, Operation.CREATE),
+    (6, Operation.DELETE),
+    (7, Operation.ALTER),
+    (8, Operation.DESCRIBE),
+    (10, Operation.DESCRIBE),
+    (11, Operation.ALTER),
+)
+
+
+def authorized_operations(ctx: RequestContext, topic: str | None = None) -> set[int]:
+    """The ACL operation codes the caller holds on the cluster, or on ``topic`` (the bits of Kafka's field)."""
+    table, rtype, name = (
+        (_CLUSTER_OPERATIONS, ResourceType.CLUSTER, CLUSTER_NAME)
+        if topic is None
+        else (_TOPIC_OPERATIONS, ResourceType.TOPIC, topic)
+    )
+    return {code for code, op in table if ctx.guard.allowed(op, rtype, name)}
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
@@ -56,14 +72,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             cluster_id=ctx.services.config.cluster_id,
             controller_id=-1,
             brokers=[],
-            cluster_authorized_operations=_NOT_ASKED,
+            authorized_operations=NOT_ASKED,
         )
     brokers = []
     for node_id in ctx.services.nodes.node_ids():
         addr = ctx.services.nodes.node(node_id)
         if addr is not None and addr.kafka_port is not None:
             brokers.append(_Broker(broker_id=node_id, host=addr.host, port=addr.kafka_port, rack=None, is_fenced=False))
-    ops = authorized_operations(ctx) if request.include_cluster_authorized_operations else _NOT_ASKED
+    ops = authorized_operations(ctx) if request.include_cluster_authorized_operations else NOT_ASKED
     return DescribeClusterResponse(
         throttle_time_ms=0,
         error_code=0,
@@ -72,7 +88,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         cluster_id=ctx.services.config.cluster_id,
         controller_id=leader if leader is not None else -1,
         brokers=brokers,
-        cluster_authorized_operations=ops,
+        authorized_operations=ops,
     )
 
 
