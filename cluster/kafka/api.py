@@ -20,17 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from clients.protocol import BrokerError, ErrorCode
 
 from ..http.services import Services
 from ..security.guard import Guard
 
-if TYPE_CHECKING:
-    from .controller_calls import ControllerCalls
-
-__all__ = ["Connection", "KafkaApi", "RequestContext", "error_code", "error_message"]
+__all__ = ["Connection", "ControllerCaller", "KafkaApi", "RequestContext", "error_code", "error_message"]
 
 #: txbroker's own error names that have no Kafka code of their own, as the nearest code a Kafka client knows.
 _KAFKA_CODE: dict[ErrorCode, ErrorCode] = {
@@ -73,6 +70,12 @@ class Connection:
     close_after_response: bool = False
 
 
+class ControllerCaller(Protocol):
+    """How a controller command reaches the controller leader (``cluster.kafka.controller_calls``)."""
+
+    async def call(self, refused: BrokerError, method: str, path: str, body: Any, principal: str, host: str) -> Any: ...
+
+
 @dataclass(frozen=True, slots=True)
 class RequestContext:
     services: Services
@@ -81,7 +84,7 @@ class RequestContext:
     client_id: str | None
     correlation_id: int
     #: how a controller command reaches the controller leader from a node that does not lead it (None: it does not)
-    controller_calls: ControllerCalls | None = None
+    controller_calls: ControllerCaller | None = None
 
     @property
     def guard(self) -> Guard:
