@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 from kafka.errors import KafkaError as KpKafkaError
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslAuthenticateResponse,
@@ -198,6 +198,25 @@ def test_wrong_password_is_refused(secure: Secure) -> None:
         assert answer.error_code == 0
 
 
+def test_acl_changes_hold_for_connections_already_open(secure: Secure) -> None:
+    topic = secure.topic()
+    user = secure.user("dave", mechanism="SCRAM-SHA-256")
+    with _tls_connection(secure) as s:
+        assert _call(s, SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, 1).error_code == 0
+        answer = _call(s, SaslAuthenticateRequest(auth_bytes=f"\0{user}\0{_PASSWORD}".encode()),
+                       SaslAuthenticateResponse, 2)  # fmt: skip
+        assert answer.error_code == 0
+        named = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)])
+        [before] = _call(s, named, MetadataResponse, 12).topics
+        assert before.error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        status, body = secure.http("POST", "/v1/acls", {"principal": f"User:{user}", "resource_type": "TOPIC",
+                                                       "resource_name": topic, "operation": "DESCRIBE",
+                                                       "permission": "ALLOW"})  # fmt: skip
+        assert status == 201, body
+        [after] = _call(s, named, MetadataResponse, 12).topics
+        assert after.error_code == 0 and len(after.partitions) == 1
+
+
 def test_unauthenticated_connection_is_refused_before_any_other_api(secure: Secure) -> None:
     with _tls_connection(secure) as s:
         versions = _call(s, ApiVersionsRequest(client_software_name="t", client_software_version="1"),
@@ -221,21 +240,27 @@ def test_unauthenticated_connection_is_refused_before_any_other_api(secure: Secu
 def test_a_user_without_write_gets_topic_authorization_failed(secure: Secure) -> None:
     topic = secure.topic()
     reader = secure.user("reader", ("TOPIC", topic, "READ"))
-    errors = _produce(secure.conf(reader, _PASSWORD, "SCRAM-SHA-512"), topic, [b"nope"])
+    conf = secure.conf(reader, _PASSWORD, "SCRAM-SHA-512")
+    producer = Producer({**conf, "acks": "all", "enable.idempotence": False, "retries": 0})
+    errors: list[Any] = []
+    producer.produce(topic, value=b"nope", partition=0, on_delivery=lambda err, _m: errors.append(err))
+    assert producer.flush(20) == 0
     assert [e.code() for e in errors] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
     status, body = secure.http("GET", f"/v1/topics/{topic}")
     assert status == 200 and body["partitions"][0]["high_watermark"] == 0  # nothing written
-    # admin APIs are ACL-checked too: no CREATE on the cluster, no ALTER for ACLs
-    admin = AdminClient(secure.conf(reader, _PASSWORD, "SCRAM-SHA-512"))
+    # once WRITE is granted the same user writes (a new producer: librdkafka remembers the topic's denial)
+    status, body = secure.http("POST", "/v1/acls", {"principal": f"User:{reader}", "resource_type": "TOPIC",
+                                                   "resource_name": topic, "operation": "WRITE",
+                                                   "permission": "ALLOW"})  # fmt: skip
+    assert status == 201, body
+    assert _produce(conf, topic, [b"yes"]) == [None]
+    # admin APIs are ACL-checked too: no CREATE on the cluster
+    admin = AdminClient(conf)
     name = unique("denied")
     with pytest.raises(KafkaException) as err:
         admin.create_topics([NewTopic(name, 1, 1)])[name].result(timeout=15)
     assert err.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert secure.http("GET", f"/v1/topics/{name}")[0] == 404
-    # ACLs granted later hold for the connections already open (read per request)
-    secure.http("POST", "/v1/acls", {"principal": f"User:{reader}", "resource_type": "TOPIC", "resource_name": topic,
-                                     "operation": "WRITE", "permission": "ALLOW"})  # fmt: skip
-    assert _produce(secure.conf(reader, _PASSWORD, "SCRAM-SHA-512"), topic, [b"yes"]) == [None]
 
 
 # ---- raw frames over TLS ----------------------------------------------------------------------
