@@ -64,6 +64,8 @@ class Connection:
     authenticated: bool = True
     #: per-connection state of a multi-step exchange (SCRAM's server nonce and first message)
     sasl_state: dict[str, Any] = field(default_factory=dict)
+    #: SaslHandshake v0 chose the mechanism: the next frames are raw SASL tokens until authenticated
+    sasl_raw_tokens: bool = False
     #: who the connection authenticated as (None: ``User:ANONYMOUS`` on an open listener)
     principal: str | None = None
     #: set by a handler whose answer is the connection's last (a failed authentication): the server closes it then

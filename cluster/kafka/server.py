@@ -13,6 +13,12 @@ their partition's Raft queue in the order their requests arrived (nothing
 before the proposal waits unless the batch needs the coordinator's
 verification, and those batches are sequenced by idempotence).
 
+SASL: on a node with ``[security]`` a connection is served ApiVersions,
+SaslHandshake and SaslAuthenticate only until it authenticates (any other
+request closes it); after SaslHandshake v0 its frames are raw SASL tokens
+until the exchange ends. Each request is authorized with the node's ACLs as
+they are when it arrives (the connection's ``Guard`` is rebuilt per request).
+
 Errors: ApiVersions in a version it does not know is answered in version 0
 with UNSUPPORTED_VERSION and the supported ranges (KIP-511), so a client can
 downgrade. Any other unknown API key or version, a frame that does not decode,
@@ -44,6 +50,7 @@ from ..security.tls import peer_principal
 from .api import Connection, KafkaApi, RequestContext
 from .controller_calls import ControllerCalls
 from .handlers.api_versions import api_version_entries
+from .handlers.sasl_authenticate import exchange
 
 __all__ = ["UNSUPPORTED_VERSION", "KafkaServer"]
 
@@ -54,6 +61,7 @@ _HEAD = struct.Struct(">hhi")  # api key, api version, correlation id
 API_VERSIONS_KEY = 18
 _FINISH_S = 5.0  # a closing connection's requests in flight get this long to answer
 UNSUPPORTED_VERSION = 35
+_MAX_RAW_TOKEN = 64 * 1024  # a raw SASL token (after SaslHandshake v0) larger than this is no token
 
 
 class _Close(Exception):
@@ -181,6 +189,11 @@ class KafkaServer:
                     return  # the client closed between requests
                 raise
             (size,) = _SIZE.unpack(head)
+            if conn.sasl_raw_tokens and not conn.authenticated and 0 <= size <= _MAX_RAW_TOKEN:
+                token = await asyncio.wait_for(reader.readexactly(size), idle_s)
+                self._metrics.bytes_received.inc(4 + size)
+                await pending.put(asyncio.create_task(self._raw_sasl_token(token, conn)))
+                continue
             if size < _HEAD.size or size > max_frame:
                 self._metrics.rejected_frames.labels("size").inc()
                 raise _Close(f"frame of {size} bytes (limit {max_frame})")
@@ -269,6 +282,20 @@ class KafkaServer:
         except Exception as exc:
             log.exception("%s v%d: the response does not encode", api.name, version)
             raise _Close(f"{api.name} response does not encode") from exc
+
+    async def _raw_sasl_token(self, token: bytes, conn: Connection) -> bytes:
+        """A SASL token after SaslHandshake v0: its answer as a size-prefixed frame; a failure closes."""
+        conn.guard = self._guard(conn)
+        ctx = RequestContext(self._services, conn, 0, None, 0, controller_calls=self._controller_calls)
+        error, answer = await exchange(ctx, token)
+        outcome = "ok" if error is None else error.error_code.name
+        self._metrics.requests.labels("SaslAuthenticate", "raw", outcome).inc()
+        if error is not None:
+            log.info("raw SASL token from %s refused: %s", conn.peer_host, error)
+            raise _Close("SASL authentication failed")
+        if conn.authenticated:
+            conn.sasl_raw_tokens = False
+        return _SIZE.pack(len(answer)) + answer
 
     def _api_versions_downgrade(self, correlation_id: int) -> bytes:
         self._metrics.requests.labels("ApiVersions", "unsupported", "UNSUPPORTED_VERSION").inc()

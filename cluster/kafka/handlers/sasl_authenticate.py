@@ -26,7 +26,7 @@ from ...security.scram_server import ScramExchange, parse_plain
 from ..api import KafkaApi, RequestContext
 from .sasl_handshake import PLAIN
 
-__all__ = ["API", "FAILED_ATTEMPT_DELAY_S"]
+__all__ = ["API", "FAILED_ATTEMPT_DELAY_S", "exchange"]
 
 #: How long a failed authentication waits before its answer (slows guessing; the loop is not blocked).
 FAILED_ATTEMPT_DELAY_S = 0.1
@@ -73,13 +73,13 @@ def _answer(error: ErrorCode, message: str | None, auth_bytes: bytes = b"") -> A
     )
 
 
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def exchange(ctx: RequestContext, token: bytes) -> tuple[BrokerError | None, bytes]:
+    """One SASL token of the connection's mechanism: (None, the answer token) or (the error; the connection
+    must close). Success of the last step makes the connection its user's."""
     conn = ctx.connection
     mechanism = conn.sasl_mechanism
     if mechanism is None or conn.principal is not None:
-        conn.close_after_response = True
-        return _answer(ErrorCode.ILLEGAL_SASL_STATE, "SaslAuthenticate needs a SaslHandshake first")
-    token = bytes(request.auth_bytes or b"")
+        return BrokerError(ErrorCode.ILLEGAL_SASL_STATE, "a SASL token needs a SaslHandshake first"), b""
     try:
         if mechanism == PLAIN:
             user: str | None
@@ -87,16 +87,23 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         else:
             user, answer = _scram(ctx, mechanism, token)
     except BrokerError as exc:
-        conn.close_after_response = True
         conn.sasl_state.clear()
         if exc.error_code is ErrorCode.SASL_AUTHENTICATION_FAILED:
             await asyncio.sleep(FAILED_ATTEMPT_DELAY_S)
-            return _answer(ErrorCode.SASL_AUTHENTICATION_FAILED, f"authentication failed: {exc.message}")
-        return _answer(exc.error_code, exc.message)
+            return BrokerError(exc.error_code, f"authentication failed: {exc.message}"), b""
+        return exc, b""
     if user is not None:
         conn.sasl_state.clear()
         conn.principal = user_principal(user)
         conn.authenticated = True
+    return None, answer
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    error, answer = await exchange(ctx, bytes(request.auth_bytes or b""))
+    if error is not None:
+        ctx.connection.close_after_response = True
+        return _answer(error.error_code, error.message)
     return _answer(ErrorCode.NONE, None, answer)
 
 

@@ -1,12 +1,13 @@
-"""SaslHandshake (key 17, version 1): the client names its SASL mechanism; the tokens follow in SaslAuthenticate.
+"""SaslHandshake (key 17, versions 0-1): the client names its SASL mechanism.
 
 A listener of a node with ``[security]`` whose ``authentication`` includes
 ``basic`` (the users' SCRAM credentials) offers PLAIN, SCRAM-SHA-256 and
 SCRAM-SHA-512. Any other mechanism, or a listener without security, answers
 UNSUPPORTED_SASL_MECHANISM with the mechanisms it offers; a second handshake
-on a connection is ILLEGAL_SASL_STATE. Version 0 (raw SASL tokens after the
-handshake, without SaslAuthenticate) is not served: every client that speaks
-SaslAuthenticate sends version 1.
+on a connection is ILLEGAL_SASL_STATE. After version 1 the tokens come in
+SaslAuthenticate requests; after version 0 they come as raw size-prefixed
+frames without a request header, answered the same way (the server reads them
+until the exchange ends; a failure closes the connection).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         return SaslHandshakeResponse(error_code=ErrorCode.UNSUPPORTED_SASL_MECHANISM.code, mechanisms=offered)
     conn.sasl_mechanism = request.mechanism
     conn.sasl_state.clear()
+    conn.sasl_raw_tokens = ctx.api_version == 0
     return SaslHandshakeResponse(error_code=0, mechanisms=offered)
 
 
-API = KafkaApi("SaslHandshake", SaslHandshakeRequest, SaslHandshakeResponse, 1, 1, handle, authenticated=False)
+API = KafkaApi("SaslHandshake", SaslHandshakeRequest, SaslHandshakeResponse, 0, 1, handle, authenticated=False)

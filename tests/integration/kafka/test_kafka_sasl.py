@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 from kafka.errors import KafkaError as KpKafkaError
+from kafka.net.sasl.scram import ScramClient
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
@@ -217,6 +218,22 @@ def test_acl_changes_hold_for_connections_already_open(secure: Secure) -> None:
         assert after.error_code == 0 and len(after.partitions) == 1
 
 
+def test_sasl_handshake_v0_takes_raw_tokens(secure: Secure) -> None:
+    user = secure.user("raw", mechanism="SCRAM-SHA-512")
+    with _tls_connection(secure) as s:
+        assert _call(s, SaslHandshakeRequest(mechanism="SCRAM-SHA-512"), SaslHandshakeResponse, 0).error_code == 0
+        client = ScramClient(user, _PASSWORD, "SCRAM-SHA-512")
+        client.process_server_first_message(_raw_token(s, client.first_message()))
+        client.process_server_final_message(_raw_token(s, client.final_message()))  # checks the server's proof
+        [meta] = _call(s, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="none")]),
+                       MetadataResponse, 12).topics  # fmt: skip
+        assert meta.error_code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.UNKNOWN_TOPIC_OR_PART)
+    with _tls_connection(secure) as s:
+        assert _call(s, SaslHandshakeRequest(mechanism="PLAIN"), SaslHandshakeResponse, 0).error_code == 0
+        s.sendall(struct.pack(">i", len(f"\0{user}\0wrong")) + f"\0{user}\0wrong".encode())
+        assert _closed(s)
+
+
 def test_unauthenticated_connection_is_refused_before_any_other_api(secure: Secure) -> None:
     with _tls_connection(secure) as s:
         versions = _call(s, ApiVersionsRequest(client_software_name="t", client_software_version="1"),
@@ -303,6 +320,13 @@ def _call(s: socket.socket, request: Any, response_class: Any, version: int) -> 
     s.sendall(_frame(request, 1))
     (size,) = struct.unpack(">i", _recv(s, 4))
     return response_class.decode(_recv(s, size), version=version, header=True)
+
+
+def _raw_token(s: socket.socket, token: bytes) -> bytes:
+    """A SASL token after SaslHandshake v0 (size-prefixed, no header) and the server's answer."""
+    s.sendall(struct.pack(">i", len(token)) + token)
+    (size,) = struct.unpack(">i", _recv(s, 4))
+    return _recv(s, size)
 
 
 def _closed(s: socket.socket) -> bool:
