@@ -45,14 +45,26 @@ from kafka.admin import NewPartitions as KpNewPartitions
 from kafka.admin import NewTopic as KpNewTopic
 from kafka.admin import ResourceType as KpResourceType
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
     CreateAclsRequest,
     CreateAclsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteAclsRequest,
     DeleteAclsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
 )
 
 from tests.integration.kafka.conftest import unique
@@ -299,3 +311,51 @@ def test_every_node_takes_admin_changes_followers_through_the_controller(kafka_c
     assert good.error_code == 0 and len(good.matching_acls) == 2
     status, body = http("GET", f"{kafka_cluster.url(1)}/v1/acls?principal={user}")
     assert body["acls"] == []
+
+
+def test_every_admin_api_answers_in_its_lowest_and_highest_version(kafka_cluster: LocalCluster) -> None:
+    topic = unique("ver")
+    kafka_cluster.create_topic(topic, partitions=1)
+    _Creatable = CreateTopicsRequest.CreatableTopic
+    describe_configs = DescribeConfigsRequest(resources=[
+        DescribeConfigsRequest.DescribeConfigsResource(resource_type=2, resource_name=topic, configuration_keys=None),
+        DescribeConfigsRequest.DescribeConfigsResource(resource_type=4, resource_name="", configuration_keys=None)],
+        include_synonyms=True, include_documentation=True)  # fmt: skip
+    alter = AlterConfigsRequest(resources=[AlterConfigsRequest.AlterConfigsResource(
+        resource_type=2, resource_name=topic,
+        configs=[AlterConfigsRequest.AlterConfigsResource.AlterableConfig(name="retention.ms", value="70000")])],
+        validate_only=True)  # fmt: skip
+    incremental = IncrementalAlterConfigsRequest(resources=[IncrementalAlterConfigsRequest.AlterConfigsResource(
+        resource_type=2, resource_name=topic, configs=[
+            IncrementalAlterConfigsRequest.AlterConfigsResource.AlterableConfig(
+                name="retention.ms", config_operation=0, value="80000")])], validate_only=True)  # fmt: skip
+    acl_filter = {"resource_type_filter": 2, "resource_name_filter": topic, "pattern_type_filter": 3,
+                  "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}  # fmt: skip
+    cases: list[tuple[Any, Any, tuple[int, int], Any]] = [
+        (CreateTopicsRequest(topics=[_Creatable(name=topic, num_partitions=1, replication_factor=1, assignments=[],
+                                                configs=[])], timeout_ms=5000, validate_only=True),
+         CreateTopicsResponse, (2, 7), lambda r: [t.error_code for t in r.topics] == [KafkaError.TOPIC_ALREADY_EXISTS]),
+        (DeleteTopicsRequest(topic_names=[unique("missing")], timeout_ms=5000), DeleteTopicsResponse, (1, 5),
+         lambda r: [t.error_code for t in r.responses] == [KafkaError.UNKNOWN_TOPIC_OR_PART]),
+        (CreatePartitionsRequest(topics=[CreatePartitionsRequest.CreatePartitionsTopic(
+            name=topic, count=1, assignments=None)], timeout_ms=5000, validate_only=True),
+         CreatePartitionsResponse, (0, 3),
+         lambda r: [t.error_code for t in r.results] == [KafkaError.INVALID_PARTITIONS]),
+        (describe_configs, DescribeConfigsResponse, (1, 4),
+         lambda r: [x.error_code for x in r.results] == [0, 0] and len(r.results[0].configs) == 5),
+        (alter, AlterConfigsResponse, (0, 2), lambda r: [x.error_code for x in r.responses] == [0]),
+        (incremental, IncrementalAlterConfigsResponse, (0, 1), lambda r: [x.error_code for x in r.responses] == [0]),
+        (DescribeClusterRequest(include_cluster_authorized_operations=True), DescribeClusterResponse, (0, 2),
+         lambda r: r.error_code == 0 and len(r.brokers) == 3),
+        (DescribeAclsRequest(**acl_filter), DescribeAclsResponse, (1, 3), lambda r: r.error_code == 0),
+        (CreateAclsRequest(creations=[]), CreateAclsResponse, (1, 3), lambda r: r.results == []),
+        (DeleteAclsRequest(filters=[DeleteAclsRequest.DeleteAclsFilter(**acl_filter)]), DeleteAclsResponse, (1, 3),
+         lambda r: [f.error_code for f in r.filter_results] == [0]),
+    ]  # fmt: skip
+    for request, response_class, versions, check in cases:
+        for version in versions:
+            answer = _raw(kafka_cluster, 1 + version % 3, request, response_class, version)
+            assert check(answer), (type(request).__name__, version, answer)
+    # validate_only changed nothing
+    _status, body = http("GET", f"{kafka_cluster.url(1)}/v1/topics/{topic}/config")
+    assert body["overrides"] == {}
