@@ -295,6 +295,16 @@ def test_every_node_takes_admin_changes_followers_through_the_controller(kafka_c
         status, body = http("GET", f"{kafka_cluster.url(cluster['controller_leader'])}/v1/acls?resource_name={topic}")
         assert [a["principal"] for a in body["acls"]] == [user]
 
+        change = IncrementalAlterConfigsRequest(resources=[IncrementalAlterConfigsRequest.AlterConfigsResource(
+            resource_type=2, resource_name=topic, configs=[
+                IncrementalAlterConfigsRequest.AlterConfigsResource.AlterableConfig(
+                    name="retention.ms", config_operation=1, value=None),
+                IncrementalAlterConfigsRequest.AlterConfigsResource.AlterableConfig(
+                    name="retention.bytes", config_operation=0, value="4096")])], validate_only=False)  # fmt: skip
+        answer = _raw(kafka_cluster, node, change, IncrementalAlterConfigsResponse, 1)
+        assert [r.error_code for r in answer.responses] == [0]
+        assert _http_topic(kafka_cluster, topic)[1]["config"] == {"retention.bytes": 4096}
+
         delete = DeleteTopicsRequest(topic_names=[topic, unique("missing")], timeout_ms=10000)
         results = _raw(kafka_cluster, node, delete, DeleteTopicsResponse, 5).responses
         assert [r.error_code for r in results] == [0, KafkaError.UNKNOWN_TOPIC_OR_PART]
