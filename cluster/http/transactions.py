@@ -377,7 +377,7 @@ class TxnRoutes:
                 return web.json_response(out)
             result = revoked.marker
         else:
-            result = await self.s.markers.write_txn_marker(*args)
+            result = await self.s.markers.write_txn_marker(*args, classic=body.get("classic") is True)
         out.update(offset=result.offset, txn_first_offset=result.txn_first_offset,
                    log_append_time=result.log_append_time)  # fmt: skip
         return web.json_response(out)

@@ -4,8 +4,13 @@ A partition leader about to append a producer's first batch of a transaction
 asks the transaction coordinator (here, or over a signed internal call)
 whether the partition is in the producer's ongoing transaction; the first
 such produce adds it (TV2's implicit AddPartitions). Answers are cached per
-(id, pid, epoch, partition), and the batches sent behind a transaction's
-first batch share its verification instead of each asking the coordinator.
+(id, pid, epoch, partition) together with the partition's state of the
+producer when it asked, and the batches sent behind a transaction's first
+batch share its verification instead of each asking the coordinator. The
+state makes a cached answer last one transaction: under TV2 every transaction
+has an epoch of its own, but a producer of the classic protocol keeps its
+epoch across transactions, and a zombie of it must not open a transaction on
+a partition verified for an earlier one.
 """
 
 from __future__ import annotations
@@ -35,15 +40,20 @@ class PartitionVerification:
         self._state = state
         self._driver = driver
         self._adder = adder
-        self._verified: OrderedDict[_Key, None] = OrderedDict()
+        self._verified: OrderedDict[_Key, object] = OrderedDict()
         self._verifying: dict[_Key, asyncio.Future[None]] = {}
 
     async def verify_partition(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
-    ) -> None:
-        """Raise unless (topic, partition) is in the producer's ongoing transaction; adds it if needed."""
+        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int,
+        state: object = None,
+    ) -> None:  # fmt: skip
+        """Raise unless (topic, partition) is in the producer's ongoing transaction; adds it if needed.
+
+        ``state``: the partition's (immutable) state of this producer, replaced whenever a transaction ends
+        there; a cached answer counts only while it is the same object.
+        """
         key = (transactional_id, producer_id, producer_epoch, topic, partition)
-        if key in self._verified:
+        if key in self._verified and self._verified[key] is state:
             self._verified.move_to_end(key)
             return
         pending = self._verifying.get(key)
@@ -55,11 +65,11 @@ class PartitionVerification:
                 if not pending.cancelled():
                     raise  # we were cancelled
             # The request that was verifying went away before an answer: verify for ourselves.
-            return await self.verify_partition(transactional_id, producer_id, producer_epoch, topic, partition)
+            return await self.verify_partition(transactional_id, producer_id, producer_epoch, topic, partition, state)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._verifying[key] = fut
         try:
-            await self._verify(key)
+            await self._verify(key, state)
         except asyncio.CancelledError:
             fut.cancel()
             raise
@@ -72,7 +82,7 @@ class PartitionVerification:
         finally:
             del self._verifying[key]
 
-    async def _verify(self, key: _Key) -> None:
+    async def _verify(self, key: _Key, state: object) -> None:
         transactional_id, producer_id, producer_epoch, topic, partition = key
         if self._state.leading_local(transactional_id) is not None:
             await self.verify_here(transactional_id, producer_id, producer_epoch, topic, partition)
@@ -85,7 +95,8 @@ class PartitionVerification:
                 "partition": partition,
             }
             await self._state.remote(transactional_id, VERIFY_PATH, body)
-        self._verified[key] = None
+        self._verified[key] = state
+        self._verified.move_to_end(key)
         if len(self._verified) > _VERIFIED_CACHE:
             self._verified.popitem(last=False)
 
