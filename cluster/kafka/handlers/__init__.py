@@ -3,7 +3,21 @@
 from __future__ import annotations
 
 from ..api import KafkaApi
-from . import api_versions, fetch, list_offsets, metadata, produce
+from . import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
+    api_versions,
+    describe_producers,
+    describe_transactions,
+    end_txn,
+    fetch,
+    init_producer_id,
+    list_offsets,
+    list_transactions,
+    metadata,
+    produce,
+    txn_offset_commit,
+)
 
 __all__ = ["ALL_APIS"]
 
@@ -13,4 +27,12 @@ ALL_APIS: tuple[KafkaApi, ...] = (
     produce.API,
     fetch.API,
     list_offsets.API,
+    init_producer_id.API,
+    add_partitions_to_txn.API,
+    add_offsets_to_txn.API,
+    end_txn.API,
+    txn_offset_commit.API,
+    describe_producers.API,
+    list_transactions.API,
+    describe_transactions.API,
 )

@@ -1,0 +1,363 @@
+"""Idempotent and transactional producers through the Kafka listener (the classic transaction protocol).
+
+The protocol tests speak the transaction APIs frame by frame to the
+coordinator and the partition leader, as librdkafka does (AddPartitionsToTxn
+v0-3, EndTxn v1-3); the client tests run confluent-kafka, kafka-python and
+aiokafka unmodified: idempotence, commit and abort read back by a
+read_committed consumer of the same library and through the HTTP door, zombie
+fencing, and a transaction left open by a Kafka client pinning the HTTP
+read_committed last stable offset.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from typing import Any
+
+import pytest
+from kafka.protocol.admin import (
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from tests.integration.kafka.conftest import unique
+from tests.support.cluster import LocalCluster, http, wait_for
+
+pytestmark = pytest.mark.integration
+
+PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE = 90, 47, 48
+NOT_COORDINATOR, OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC_OR_PARTITION = 16, 55, 3
+
+
+# ---- helpers ---------------------------------------------------------------------------------------------
+
+
+def _topic(cluster: LocalCluster, partitions: int = 1) -> str:
+    name = unique("txn")
+    cluster.create_topic(name, partitions=partitions)
+    cluster.wait_leaders(name, partitions)
+    return name
+
+
+class Wire:
+    """Requests to one node's Kafka listener, one connection per node, answered in order."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self.socks: dict[int, socket.socket] = {}
+        self.cid = 0
+
+    def call(self, node: int, request: Any, response: Any, version: int) -> Any:
+        s = self.socks.get(node)
+        if s is None:
+            host, port = str(self.cluster.configs[node - 1].self_address.kafka_address).rsplit(":", 1)
+            s = self.socks[node] = socket.create_connection((host, int(port)), timeout=20)
+        self.cid += 1
+        request.with_header(correlation_id=self.cid, client_id="txn-wire")
+        s.sendall(bytes(request.encode(header=True, framed=True)))
+        (size,) = struct.unpack(">i", _recv(s, 4))
+        answer = response.decode(_recv(s, size), version=version, header=True)
+        assert answer.header.correlation_id == self.cid
+        return answer
+
+    def close(self) -> None:
+        for s in self.socks.values():
+            s.close()
+
+
+def _recv(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return buf
+
+
+@pytest.fixture
+def wire(kafka_cluster: LocalCluster) -> Any:
+    w = Wire(kafka_cluster)
+    yield w
+    w.close()
+
+
+def _coordinator(cluster: LocalCluster, tid: str) -> int:
+    def ask() -> int | None:
+        status, body = http("GET", f"{cluster.url(1)}/v1/coordinators/transaction/{tid}")
+        return int(body["node_id"]) if status == 200 else None
+
+    return int(wait_for(ask, 20, f"a coordinator for {tid}"))
+
+
+def _init(wire: Wire, node: int, tid: str | None, version: int = 4, pid: int = -1, epoch: int = -1) -> Any:
+    req = InitProducerIdRequest[version](transactional_id=tid, transaction_timeout_ms=30_000, producer_id=pid,
+                                         producer_epoch=epoch)  # fmt: skip
+    return wire.call(node, req, InitProducerIdResponse, version)
+
+
+def _add(wire: Wire, node: int, tid: str, pid: int, epoch: int, topic: str, parts: list[int], version: int = 3) -> Any:
+    req = AddPartitionsToTxnRequest[version](
+        v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=parts)],
+    )  # fmt: skip
+    resp = wire.call(node, req, AddPartitionsToTxnResponse, version)
+    return {(t.name, p.partition_index): p.partition_error_code for t in resp.results_by_topic_v3_and_below
+            for p in t.results_by_partition}  # fmt: skip
+
+
+def _end(wire: Wire, node: int, tid: str, pid: int, epoch: int, commit: bool, version: int = 3) -> int:
+    req = EndTxnRequest[version](transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=commit)
+    return int(wire.call(node, req, EndTxnResponse, version).error_code)
+
+
+def _batch(values: list[bytes], pid: int, epoch: int, seq: int, transactional: bool = True) -> bytes:
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=transactional, producer_id=pid,
+                                  producer_epoch=epoch, base_sequence=seq, batch_size=2**20)  # fmt: skip
+    for i, v in enumerate(values):
+        b.append(i, timestamp=1_700_000_000_000 + i, key=None, value=v, headers=[])
+    return bytes(b.build())
+
+
+def _produce(wire: Wire, cluster: LocalCluster, topic: str, batch: bytes, tid: str | None) -> Any:
+    leader = wait_for(lambda: cluster.leader(topic, 0), 20, "a leader")
+    Data = ProduceRequest.TopicProduceData
+    req = ProduceRequest[9](transactional_id=tid, acks=-1, timeout_ms=10_000, topic_data=[
+        Data(name=topic, partition_data=[Data.PartitionProduceData(index=0, records=batch)])])  # fmt: skip
+    return wire.call(leader, req, ProduceResponse, 9).responses[0].partition_responses[0]
+
+
+def _committed_values(cluster: LocalCluster, topic: str, partition: int = 0) -> list[bytes]:
+    import base64
+
+    leader = wait_for(lambda: cluster.leader(topic, partition), 20, "a leader")
+    status, body = http("GET", f"{cluster.url(leader)}/v1/topics/{topic}/partitions/{partition}/records"
+                        "?offset=0&max_bytes=10000000&isolation=read_committed")  # fmt: skip
+    assert status == 200, body
+    return [base64.b64decode(r["value"]) for r in body["records"]]
+
+
+def _lso(cluster: LocalCluster, topic: str, partition: int = 0) -> int:
+    leader = wait_for(lambda: cluster.leader(topic, partition), 20, "a leader")
+    status, body = http("GET", f"{cluster.url(leader)}/v1/topics/{topic}/partitions/{partition}/records"
+                        "?offset=0&max_bytes=1000000&isolation=read_committed")  # fmt: skip
+    assert status == 200, body
+    return int(body["last_stable_offset"])
+
+
+# ---- the classic protocol, frame by frame -------------------------------------------------------------
+
+
+def test_classic_client_keeps_its_epoch_across_transactions(kafka_cluster: LocalCluster, wire: Wire) -> None:
+    topic, tid = _topic(kafka_cluster), unique("tid")
+    coord = _coordinator(kafka_cluster, tid)
+    init = _init(wire, coord, tid)
+    assert init.error_code == 0
+    pid, epoch = init.producer_id, init.producer_epoch
+    seq = 0
+    for round_, commit in enumerate((True, False, True)):
+        assert _add(wire, coord, tid, pid, epoch, topic, [0]) == {(topic, 0): 0}
+        values = [f"r{round_}-{i}".encode() for i in range(3)]
+        res = _produce(wire, kafka_cluster, topic, _batch(values, pid, epoch, seq), tid)
+        assert res.error_code == 0, res
+        seq += len(values)
+        assert _end(wire, coord, tid, pid, epoch, commit) == 0
+        # A retried EndTxn of the same identity (its answer lost) is answered NONE again.
+        assert _end(wire, coord, tid, pid, epoch, commit) == 0
+        assert _end(wire, coord, tid, pid, epoch, not commit) == INVALID_TXN_STATE
+    want = [f"r{r}-{i}".encode() for r in (0, 2) for i in range(3)]
+    assert wait_for(lambda: _committed_values(kafka_cluster, topic) == want or None, 20, "the committed records")
+    # The producer state at the leader: the same epoch, no open transaction.
+    leader = wait_for(lambda: kafka_cluster.leader(topic, 0), 20, "a leader")
+    req = DescribeProducersRequest[0](topics=[DescribeProducersRequest.TopicRequest(name=topic, partition_indexes=[0])])
+    part = wire.call(leader, req, DescribeProducersResponse, 0).topics[0].partitions[0]
+    assert part.error_code == 0
+    [state] = [p for p in part.active_producers if p.producer_id == pid]
+    assert (state.producer_epoch, state.last_sequence, state.current_txn_start_offset) == (epoch, seq - 1, -1)
+    follower = next(n for n in (1, 2, 3) if n != leader)
+    other = wire.call(follower, req, DescribeProducersResponse, 0).topics[0].partitions[0]
+    assert other.error_code == 6  # NOT_LEADER_OR_FOLLOWER
+
+
+def test_a_second_init_fences_the_first_producer_and_aborts_its_transaction(
+    kafka_cluster: LocalCluster, wire: Wire
+) -> None:
+    topic, tid = _topic(kafka_cluster), unique("tid")
+    coord = _coordinator(kafka_cluster, tid)
+    first = _init(wire, coord, tid)
+    pid, epoch = first.producer_id, first.producer_epoch
+    assert _add(wire, coord, tid, pid, epoch, topic, [0]) == {(topic, 0): 0}
+    assert _produce(wire, kafka_cluster, topic, _batch([b"zombie"], pid, epoch, 0), tid).error_code == 0
+    assert _lso(kafka_cluster, topic) == 0  # the open transaction pins the last stable offset
+    second = _init(wire, coord, tid)
+    assert second.error_code == 0 and second.producer_id == pid and second.producer_epoch > epoch
+    # The zombie is fenced with the code its request version expects, everywhere.
+    assert _end(wire, coord, tid, pid, epoch, True, version=3) == PRODUCER_FENCED
+    assert _end(wire, coord, tid, pid, epoch, True, version=1) == INVALID_PRODUCER_EPOCH
+    assert _add(wire, coord, tid, pid, epoch, topic, [0], version=2) == {(topic, 0): PRODUCER_FENCED}
+    assert _add(wire, coord, tid, pid, epoch, topic, [0], version=0) == {(topic, 0): INVALID_PRODUCER_EPOCH}
+    late = _produce(wire, kafka_cluster, topic, _batch([b"late"], pid, epoch, 1), tid)
+    assert late.error_code in (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH)
+    # Its transaction was aborted: nothing of it is visible, and the LSO moved past its marker.
+    assert wait_for(lambda: _lso(kafka_cluster, topic) >= 2 or None, 20, "the abort marker")
+    assert _committed_values(kafka_cluster, topic) == []
+    # The new producer works.
+    pid2, epoch2 = second.producer_id, second.producer_epoch
+    assert _add(wire, coord, tid, pid2, epoch2, topic, [0]) == {(topic, 0): 0}
+    assert _produce(wire, kafka_cluster, topic, _batch([b"new"], pid2, epoch2, 0), tid).error_code == 0
+    assert _end(wire, coord, tid, pid2, epoch2, True) == 0
+    assert wait_for(lambda: _committed_values(kafka_cluster, topic) == [b"new"] or None, 20, "the new record")
+
+
+def test_add_partitions_answers_per_partition(kafka_cluster: LocalCluster, wire: Wire) -> None:
+    topic, tid = _topic(kafka_cluster), unique("tid")
+    coord = _coordinator(kafka_cluster, tid)
+    init = _init(wire, coord, tid)
+    pid, epoch = init.producer_id, init.producer_epoch
+    # A partition that does not exist: UNKNOWN_TOPIC_OR_PARTITION, the others not attempted, nothing added.
+    assert _add(wire, coord, tid, pid, epoch, topic, [0, 7]) == {(topic, 0): OPERATION_NOT_ATTEMPTED,
+                                                                 (topic, 7): UNKNOWN_TOPIC_OR_PARTITION}  # fmt: skip
+    assert _end(wire, coord, tid, pid, epoch, True) == INVALID_TXN_STATE  # no transaction is open
+    other = next(n for n in (1, 2, 3) if n != coord)
+    assert _add(wire, other, tid, pid, epoch, topic, [0]) == {(topic, 0): NOT_COORDINATOR}
+    assert _init(wire, other, tid).error_code == NOT_COORDINATOR
+
+
+def test_offsets_join_the_transaction_and_commit_with_it(kafka_cluster: LocalCluster, wire: Wire) -> None:
+    topic, tid, group = _topic(kafka_cluster), unique("tid"), unique("group")
+    coord = _coordinator(kafka_cluster, tid)
+    init = _init(wire, coord, tid)
+    pid, epoch = init.producer_id, init.producer_epoch
+    req = AddOffsetsToTxnRequest[3](transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group)
+    assert wire.call(coord, req, AddOffsetsToTxnResponse, 3).error_code == 0
+    status, body = http("GET", f"{kafka_cluster.url(1)}/v1/coordinators/group/{group}")
+    assert status == 200, body
+    Topic = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+    commit = TxnOffsetCommitRequest[3](
+        transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch, generation_id=-1,
+        member_id="", group_instance_id=None,
+        topics=[Topic(name=topic, partitions=[Topic.TxnOffsetCommitRequestPartition(
+            partition_index=0, committed_offset=42, committed_leader_epoch=-1, committed_metadata="m")])],
+    )  # fmt: skip
+    resp = wire.call(int(body["node_id"]), commit, TxnOffsetCommitResponse, 3)
+    assert [p.error_code for t in resp.topics for p in t.partitions] == [0]
+    # Describe and list show the open transaction with the offsets partition in it.
+    desc = wire.call(coord, DescribeTransactionsRequest[0](transactional_ids=[tid]), DescribeTransactionsResponse, 0)
+    [state] = desc.transaction_states
+    assert (state.error_code, state.transaction_state, state.producer_id) == (0, "Ongoing", pid)
+    assert [t.topic for t in state.topics] == ["__consumer_offsets"]
+    listed = wire.call(coord, ListTransactionsRequest[1](state_filters=["Ongoing", "Bogus"], producer_id_filters=[],
+                                                         duration_filter=-1), ListTransactionsResponse, 1)  # fmt: skip
+    assert listed.unknown_state_filters == ["Bogus"]
+    assert (tid, pid, "Ongoing") in [(t.transactional_id, t.producer_id, t.transaction_state)
+                                     for t in listed.transaction_states]  # fmt: skip
+    assert _end(wire, coord, tid, pid, epoch, True) == 0
+
+    def committed() -> Any:
+        s, b = http("GET", f"{kafka_cluster.url(1)}/v1/groups/{group}/offsets")
+        return b["offsets"] if s == 200 and b["offsets"] else None
+
+    offsets = wait_for(committed, 20, "the committed offsets")
+    assert [(o["topic"], o["partition"], o["offset"]) for o in offsets] == [(topic, 0, 42)]
+
+
+def test_idempotent_init_producer_id_and_its_kip360_bump(kafka_cluster: LocalCluster, wire: Wire) -> None:
+    first = _init(wire, 1, None, version=4)
+    assert first.error_code == 0 and first.producer_epoch == 0
+    second = _init(wire, 2, None, version=4)
+    assert second.producer_id != first.producer_id
+    bumped = _init(wire, 1, None, version=4, pid=first.producer_id, epoch=0)
+    assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (0, first.producer_id, 1)
+    assert _init(wire, 1, None, version=4, pid=first.producer_id, epoch=-1).error_code == 42  # INVALID_REQUEST
+    assert _init(wire, 1, "", version=4).error_code == 42
+
+
+# ---- idempotent producers of the three libraries ----------------------------------------------------
+
+
+def _batches(cluster: LocalCluster, topic: str) -> list[dict[str, Any]]:
+    leader = wait_for(lambda: cluster.leader(topic, 0), 20, "a leader")
+    status, body = http("GET", f"{cluster.url(leader)}/v1/topics/{topic}/partitions/0/records"
+                        "?offset=0&max_bytes=10000000&format=batches")  # fmt: skip
+    assert status == 200, body
+    return list(body["batches"])
+
+
+def _assert_idempotent_once(cluster: LocalCluster, topic: str, n: int) -> None:
+    values = wait_for(lambda: (v := _committed_values(cluster, topic)) and len(v) >= n and v, 20, "the records")
+    assert values == [f"v{i}".encode() for i in range(n)]
+    batches = _batches(cluster, topic)
+    assert {b["producer_id"] for b in batches} != {-1} and len({b["producer_id"] for b in batches}) == 1
+    assert batches[0]["base_sequence"] == 0 and not any(b["is_transactional"] for b in batches)
+
+
+def test_confluent_kafka_idempotent_producer(kafka_cluster: LocalCluster) -> None:
+    from confluent_kafka import Producer
+
+    topic = _topic(kafka_cluster)
+    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "enable.idempotence": True,
+                         "acks": "all", "retries": 5, "linger.ms": 2, "message.timeout.ms": 20_000})  # fmt: skip
+    errors: list[Any] = []
+    for i in range(100):
+        producer.produce(topic, value=f"v{i}".encode(), partition=0,
+                         on_delivery=lambda err, _m: errors.append(err) if err else None)  # fmt: skip
+    assert producer.flush(20) == 0 and not errors
+    _assert_idempotent_once(kafka_cluster, topic, 100)
+
+
+def test_kafka_python_idempotent_producer(kafka_cluster: LocalCluster) -> None:
+    from kafka import KafkaProducer
+
+    topic = _topic(kafka_cluster)
+    producer = KafkaProducer(bootstrap_servers=kafka_cluster.bootstrap_servers, enable_idempotence=True, acks="all",
+                             retries=5, linger_ms=2, request_timeout_ms=10_000)  # fmt: skip
+    try:
+        futures = [producer.send(topic, value=f"v{i}".encode(), partition=0) for i in range(100)]
+        producer.flush(20)
+        assert all(f.get(timeout=20).offset >= 0 for f in futures)
+    finally:
+        producer.close(5)
+    _assert_idempotent_once(kafka_cluster, topic, 100)
+
+
+def test_aiokafka_idempotent_producer(kafka_cluster: LocalCluster) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    topic = _topic(kafka_cluster)
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_cluster.bootstrap_servers, enable_idempotence=True,
+                                    acks="all", linger_ms=2, request_timeout_ms=10_000)  # fmt: skip
+        await producer.start()
+        try:
+            for i in range(100):
+                await producer.send(topic, value=f"v{i}".encode(), partition=0)
+            await producer.flush()
+        finally:
+            await producer.stop()
+
+    asyncio.run(asyncio.wait_for(run(), 30))
+    _assert_idempotent_once(kafka_cluster, topic, 100)
