@@ -5,6 +5,8 @@ compressed) becomes a txbroker batch with the same producer id, epoch, base
 sequence, transactional flag, records and timestamps; a stored batch goes
 back to a Kafka consumer as an uncompressed v2 batch at its base offset, its
 control flag and control record (COMMIT/ABORT, coordinator epoch) included.
+A control record's type is Kafka's numbering there (ABORT 0, COMMIT 1), which
+is not ``clients.protocol.ControlType``'s (COMMIT 0, ABORT 1).
 kafka-python's record codec (``kafka.record``) reads and builds the batches
 and does the decompression (gzip, snappy, lz4, zstd).
 
@@ -26,6 +28,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 
 from clients.protocol import (
     BrokerError,
+    ControlType,
     ErrorCode,
     Record,
     StoredBatch,
@@ -44,6 +47,9 @@ _KNOWN_CODECS = (0, 1, 2, 3, 4)  # none, gzip, snappy, lz4, zstd
 _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 _NO_LIMIT = 2**31 - 1
+_CONTROL_KEY = struct.Struct(">hh")  # version, type
+#: Kafka's ControlRecordType of each txbroker control type
+_KAFKA_CONTROL_TYPE = {ControlType.ABORT: 0, ControlType.COMMIT: 1}
 
 
 def _corrupt(why: str) -> BrokerError:
@@ -106,7 +112,8 @@ def stored_to_kafka(batch: StoredBatch) -> bytes:
         producer_epoch=h.producer_epoch, base_sequence=h.base_sequence, batch_size=_NO_LIMIT,
     )  # fmt: skip
     for i, r in enumerate(decode_records(batch.data)):
-        builder.append(i, r.timestamp, r.key, r.value, list(r.headers))
+        key = _kafka_control_key(r.key) if h.is_control else r.key
+        builder.append(i, r.timestamp, key, r.value, list(r.headers))
     buf = builder.build()
     struct.pack_into(">q", buf, 0, batch.base_offset)
     struct.pack_into(">i", buf, _LENGTH_END, -1)  # partitionLeaderEpoch: not tracked
@@ -114,6 +121,18 @@ def stored_to_kafka(batch: StoredBatch) -> bytes:
         buf[_ATTRIBUTES_OFFSET + 1] |= _CONTROL  # attributes is an int16; the flags are in its low byte
         struct.pack_into(">I", buf, _CRC_OFFSET, crc32c.crc32c(memoryview(buf)[_ATTRIBUTES_OFFSET:]))
     return bytes(buf)
+
+
+def _kafka_control_key(key: bytes | None) -> bytes | None:
+    """A stored control record's key (txbroker's control type) with Kafka's ControlRecordType."""
+    if key is None or len(key) < _CONTROL_KEY.size:
+        return key
+    version, ctype = _CONTROL_KEY.unpack_from(key, 0)
+    try:
+        kafka_type = _KAFKA_CONTROL_TYPE[ControlType(ctype)]
+    except ValueError:
+        return key
+    return _CONTROL_KEY.pack(version, kafka_type) + key[_CONTROL_KEY.size :]
 
 
 def kafka_fetch_payload(batches: Iterable[StoredBatch]) -> bytes:

@@ -361,3 +361,254 @@ def test_aiokafka_idempotent_producer(kafka_cluster: LocalCluster) -> None:
 
     asyncio.run(asyncio.wait_for(run(), 30))
     _assert_idempotent_once(kafka_cluster, topic, 100)
+
+
+# ---- transactional producers of the three libraries ---------------------------------------------------
+
+COMMITTED = [f"c{i}".encode() for i in range(10)]
+
+
+def _confluent_read(cluster: LocalCluster, topic: str, n: int, settle: float = 1.0) -> list[bytes]:
+    """Every record a read_committed confluent-kafka consumer sees: ``n`` of them, then nothing for ``settle`` s."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": unique("g"),
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})  # fmt: skip
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        return _drain(lambda: [m.value() for m in consumer.consume(100, 0.2) if m.error() is None], n, settle)
+    finally:
+        consumer.close()
+
+
+def _drain(poll: Any, n: int, settle: float, timeout: float = 20) -> list[bytes]:
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        got.extend(poll())
+    quiet = time.monotonic() + settle
+    while time.monotonic() < quiet:
+        got.extend(poll())
+    return got
+
+
+def _kafka_python_read(cluster: LocalCluster, topic: str, n: int, settle: float = 1.0) -> list[bytes]:
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id=None, enable_auto_commit=False,
+                             isolation_level="read_committed", auto_offset_reset="earliest")  # fmt: skip
+    try:
+        consumer.assign([KTopicPartition(topic, 0)])
+        consumer.seek_to_beginning()
+        return _drain(lambda: [r.value for rs in consumer.poll(200).values() for r in rs], n, settle)
+    finally:
+        consumer.close()
+
+
+async def _aiokafka_read(cluster: LocalCluster, topic: str, n: int, settle: float = 1.0) -> list[bytes]:
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as ATopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id=None, enable_auto_commit=False,
+                                isolation_level="read_committed", auto_offset_reset="earliest")  # fmt: skip
+    await consumer.start()
+    try:
+        consumer.assign([ATopicPartition(topic, 0)])
+        await consumer.seek_to_beginning()
+        got: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(got) < n and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=200)
+            got.extend(r.value for rs in batch.values() for r in rs)
+        quiet = time.monotonic() + settle
+        while time.monotonic() < quiet:
+            batch = await consumer.getmany(timeout_ms=200)
+            got.extend(r.value for rs in batch.values() for r in rs)
+        return got
+    finally:
+        await consumer.stop()
+
+
+def _confluent_producer(cluster: LocalCluster, tid: str) -> Any:
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": cluster.bootstrap_servers, "transactional.id": tid,
+                     "transaction.timeout.ms": 30_000, "linger.ms": 2, "message.timeout.ms": 20_000})  # fmt: skip
+
+
+def test_confluent_kafka_transactions_commit_and_abort(kafka_cluster: LocalCluster) -> None:
+    topic, tid = _topic(kafka_cluster), unique("tid")
+    p = _confluent_producer(kafka_cluster, tid)
+    p.init_transactions(20)
+    for values, commit in ((COMMITTED[:5], True), ([b"aborted"] * 5, False), (COMMITTED[5:], True)):
+        p.begin_transaction()
+        for v in values:
+            p.produce(topic, value=v, partition=0)
+        if commit:
+            p.commit_transaction(20)
+        else:
+            assert p.flush(20) == 0  # the aborted records are in the log, then aborted
+            p.abort_transaction(20)
+    assert _confluent_read(kafka_cluster, topic, len(COMMITTED)) == COMMITTED
+    assert _committed_values(kafka_cluster, topic) == COMMITTED
+
+
+def test_kafka_python_transactions_commit_and_abort(kafka_cluster: LocalCluster) -> None:
+    from kafka import KafkaProducer
+
+    topic, tid = _topic(kafka_cluster), unique("tid")
+    p = KafkaProducer(bootstrap_servers=kafka_cluster.bootstrap_servers, transactional_id=tid, linger_ms=2,
+                      request_timeout_ms=10_000, transaction_timeout_ms=30_000)  # fmt: skip
+    try:
+        p.init_transactions()
+        for values, commit in ((COMMITTED[:5], True), ([b"aborted"] * 5, False), (COMMITTED[5:], True)):
+            p.begin_transaction()
+            for v in values:
+                p.send(topic, value=v, partition=0)
+            p.flush(20)
+            if commit:
+                p.commit_transaction()
+            else:
+                p.abort_transaction()
+    finally:
+        p.close(5)
+    assert _kafka_python_read(kafka_cluster, topic, len(COMMITTED)) == COMMITTED
+    assert _committed_values(kafka_cluster, topic) == COMMITTED
+
+
+def test_aiokafka_transactions_commit_and_abort(kafka_cluster: LocalCluster) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    topic, tid = _topic(kafka_cluster), unique("tid")
+
+    async def run() -> list[bytes]:
+        p = AIOKafkaProducer(bootstrap_servers=kafka_cluster.bootstrap_servers, transactional_id=tid, linger_ms=2,
+                             request_timeout_ms=10_000, transaction_timeout_ms=30_000)  # fmt: skip
+        await p.start()
+        try:
+            for values, commit in ((COMMITTED[:5], True), ([b"aborted"] * 5, False), (COMMITTED[5:], True)):
+                await p.begin_transaction()
+                for v in values:
+                    await p.send_and_wait(topic, value=v, partition=0)
+                if commit:
+                    await p.commit_transaction()
+                else:
+                    await p.abort_transaction()
+        finally:
+            await p.stop()
+        return await _aiokafka_read(kafka_cluster, topic, len(COMMITTED))
+
+    assert asyncio.run(asyncio.wait_for(run(), 60)) == COMMITTED
+    assert _committed_values(kafka_cluster, topic) == COMMITTED
+
+
+# ---- zombie fencing ------------------------------------------------------------------------------------
+
+
+def test_confluent_kafka_zombie_is_fenced(kafka_cluster: LocalCluster) -> None:
+    from confluent_kafka import KafkaException
+
+    topic, tid = _topic(kafka_cluster), unique("tid")
+    zombie = _confluent_producer(kafka_cluster, tid)
+    zombie.init_transactions(20)
+    zombie.begin_transaction()
+    zombie.produce(topic, value=b"zombie", partition=0)
+    assert zombie.flush(20) == 0
+    fresh = _confluent_producer(kafka_cluster, tid)
+    fresh.init_transactions(20)  # fences the zombie and aborts its transaction
+    with pytest.raises(KafkaException) as fenced:
+        zombie.commit_transaction(20)
+    assert fenced.value.args[0].fatal(), fenced.value
+    fresh.begin_transaction()
+    fresh.produce(topic, value=b"fresh", partition=0)
+    fresh.commit_transaction(20)
+    assert _confluent_read(kafka_cluster, topic, 1) == [b"fresh"]
+
+
+def test_kafka_python_zombie_is_fenced(kafka_cluster: LocalCluster) -> None:
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError, ProducerFencedError
+
+    topic, tid = _topic(kafka_cluster), unique("tid")
+
+    def producer() -> Any:
+        return KafkaProducer(bootstrap_servers=kafka_cluster.bootstrap_servers, transactional_id=tid,
+                             request_timeout_ms=10_000, transaction_timeout_ms=30_000)  # fmt: skip
+
+    zombie, fresh = producer(), producer()
+    try:
+        zombie.init_transactions()
+        zombie.begin_transaction()
+        zombie.send(topic, value=b"zombie", partition=0).get(timeout=20)
+        fresh.init_transactions()
+        with pytest.raises(KafkaError) as fenced:
+            zombie.commit_transaction()
+        assert isinstance(fenced.value, ProducerFencedError) or "Fenced" in repr(fenced.value), fenced.value
+        fresh.begin_transaction()
+        fresh.send(topic, value=b"fresh", partition=0)
+        fresh.commit_transaction()
+    finally:
+        zombie.close(2)
+        fresh.close(5)
+    assert _kafka_python_read(kafka_cluster, topic, 1) == [b"fresh"]
+
+
+def test_aiokafka_zombie_is_fenced(kafka_cluster: LocalCluster) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaError
+
+    topic, tid = _topic(kafka_cluster), unique("tid")
+
+    async def run() -> list[bytes]:
+        def producer() -> Any:
+            return AIOKafkaProducer(bootstrap_servers=kafka_cluster.bootstrap_servers, transactional_id=tid,
+                                    request_timeout_ms=10_000, transaction_timeout_ms=30_000)  # fmt: skip
+
+        zombie, fresh = producer(), producer()
+        await zombie.start()
+        try:
+            await zombie.begin_transaction()
+            await zombie.send_and_wait(topic, value=b"zombie", partition=0)
+            await fresh.start()  # InitProducerId: fences the zombie
+            with pytest.raises(KafkaError) as fenced:
+                await zombie.commit_transaction()
+            assert "Fenced" in type(fenced.value).__name__, fenced.value
+            await fresh.begin_transaction()
+            await fresh.send_and_wait(topic, value=b"fresh", partition=0)
+            await fresh.commit_transaction()
+        finally:
+            await zombie.stop()
+            await fresh.stop()
+        return await _aiokafka_read(kafka_cluster, topic, 1)
+
+    assert asyncio.run(asyncio.wait_for(run(), 60)) == [b"fresh"]
+
+
+# ---- across the doors ------------------------------------------------------------------------------------
+
+
+def test_an_open_kafka_transaction_pins_the_http_read_committed_lso(kafka_cluster: LocalCluster) -> None:
+    topic, tid = _topic(kafka_cluster), unique("tid")
+    p = _confluent_producer(kafka_cluster, tid)
+    p.init_transactions(20)
+    p.begin_transaction()
+    for v in COMMITTED[:3]:
+        p.produce(topic, value=v, partition=0)
+    assert p.flush(20) == 0
+    # An HTTP write behind the open transaction: in the log, not yet stable.
+    leader = wait_for(lambda: kafka_cluster.leader(topic, 0), 20, "a leader")
+    status, body = http("POST", f"{kafka_cluster.url(leader)}/v1/topics/{topic}/records",
+                        {"records": [{"value": "aHR0cA==", "partition": 0}]})  # fmt: skip
+    assert status == 200, body
+    status, view = http("GET", f"{kafka_cluster.url(leader)}/v1/topics/{topic}/partitions/0/records"
+                        "?offset=0&isolation=read_committed")  # fmt: skip
+    assert status == 200, view
+    assert (view["last_stable_offset"], view["high_watermark"], view["records"]) == (0, 4, [])
+    p.commit_transaction(20)
+    want = [*COMMITTED[:3], b"http"]
+    assert wait_for(lambda: _committed_values(kafka_cluster, topic) == want or None, 20, "the records, stable")
