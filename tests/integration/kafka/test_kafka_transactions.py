@@ -11,9 +11,13 @@ read_committed last stable offset.
 
 from __future__ import annotations
 
+import signal
 import socket
 import struct
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -612,3 +616,58 @@ def test_an_open_kafka_transaction_pins_the_http_read_committed_lso(kafka_cluste
     p.commit_transaction(20)
     want = [*COMMITTED[:3], b"http"]
     assert wait_for(lambda: _committed_values(kafka_cluster, topic) == want or None, 20, "the records, stable")
+
+
+# ---- the exactly-once copier, killed midway ------------------------------------------------------------
+
+COPIER = Path(__file__).with_name("kafka_copier.py")
+
+
+def _copier(cluster: LocalCluster, library: str, src: str, dst: str, group: str, tid: str, log: Path) -> Any:
+    args = [sys.executable, str(COPIER), library, cluster.bootstrap_servers, cluster.url(1), src, dst, "2", group, tid]
+    out = log.open("a")
+    try:
+        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=str(Path(__file__).parents[3]))
+    finally:
+        out.close()
+
+
+def _progress(log: Path) -> int:
+    lines = [ln for ln in log.read_text().splitlines() if ln.startswith("committed ")]
+    return int(lines[-1].split()[1]) if lines else 0
+
+
+@pytest.mark.parametrize("library", ["confluent", "kafka-python"])
+def test_copier_killed_midway_and_restarted_copies_exactly_once(
+    kafka_cluster: LocalCluster, library: str, tmp_path: Path
+) -> None:
+    from confluent_kafka import Producer
+
+    src, dst, group, tid = _topic(kafka_cluster, 2), _topic(kafka_cluster, 2), unique("copy"), unique("copier")
+    n = 1000
+    inputs = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "linger.ms": 5})
+    for i in range(n):
+        inputs.produce(src, value=f"r{i}".encode(), partition=i % 2)
+    assert inputs.flush(20) == 0
+    want = sorted(f"R{i}".encode() for i in range(n))
+
+    def copied() -> list[bytes]:
+        return sorted(v for p in (0, 1) for v in _committed_values(kafka_cluster, dst, p))
+
+    log = tmp_path / "copier.log"
+    proc = _copier(kafka_cluster, library, src, dst, group, tid, log)
+    try:
+        wait_for(lambda: _progress(log) >= 100 or proc.poll() is not None, 60, "the copier's first commits")
+        assert proc.poll() is None, log.read_text()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        at_kill = len(copied())
+        assert 100 <= at_kill < n, at_kill  # killed midway; whatever it had open is not visible
+        proc = _copier(kafka_cluster, library, src, dst, group, tid, log)
+        got = wait_for(lambda: (c := copied()) and len(c) >= n and c, 90, f"{n} copied records")
+        assert proc.poll() is None, log.read_text()
+        assert got == want  # every input record exactly once: no loss, no duplicate
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
