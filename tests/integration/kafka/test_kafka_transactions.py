@@ -144,11 +144,11 @@ def _batch(values: list[bytes], pid: int, epoch: int, seq: int, transactional: b
     return bytes(b.build())
 
 
-def _produce(wire: Wire, cluster: LocalCluster, topic: str, batch: bytes, tid: str | None) -> Any:
-    leader = wait_for(lambda: cluster.leader(topic, 0), 20, "a leader")
+def _produce(wire: Wire, cluster: LocalCluster, topic: str, batch: bytes, tid: str | None, partition: int = 0) -> Any:
+    leader = wait_for(lambda: cluster.leader(topic, partition), 20, "a leader")
     Data = ProduceRequest.TopicProduceData
     req = ProduceRequest[9](transactional_id=tid, acks=-1, timeout_ms=10_000, topic_data=[
-        Data(name=topic, partition_data=[Data.PartitionProduceData(index=0, records=batch)])])  # fmt: skip
+        Data(name=topic, partition_data=[Data.PartitionProduceData(index=partition, records=batch)])])  # fmt: skip
     return wire.call(leader, req, ProduceResponse, 9).responses[0].partition_responses[0]
 
 
@@ -232,6 +232,39 @@ def test_a_second_init_fences_the_first_producer_and_aborts_its_transaction(
     assert _produce(wire, kafka_cluster, topic, _batch([b"new"], pid2, epoch2, 0), tid).error_code == 0
     assert _end(wire, coord, tid, pid2, epoch2, True) == 0
     assert wait_for(lambda: _committed_values(kafka_cluster, topic) == [b"new"] or None, 20, "the new record")
+
+
+def test_a_fenced_classic_producer_cannot_open_a_transaction_where_an_earlier_one_was_verified(
+    kafka_cluster: LocalCluster, wire: Wire
+) -> None:
+    # The zombie's epoch spans its transactions: a verification cached for its first transaction on
+    # partition 1 must not admit its batch there after it was fenced in a later transaction.
+    topic, tid = _topic(kafka_cluster, 2), unique("tid")
+    coord = _coordinator(kafka_cluster, tid)
+    init = _init(wire, coord, tid)
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert _add(wire, coord, tid, pid, epoch, topic, [1]) == {(topic, 1): 0}
+    assert _produce(wire, kafka_cluster, topic, _batch([b"one"], pid, epoch, 0), tid, partition=1).error_code == 0
+    assert _end(wire, coord, tid, pid, epoch, True) == 0
+    assert _add(wire, coord, tid, pid, epoch, topic, [0]) == {(topic, 0): 0}
+    assert _produce(wire, kafka_cluster, topic, _batch([b"two"], pid, epoch, 0), tid, partition=0).error_code == 0
+    assert _init(wire, coord, tid).error_code == 0  # fences the producer, aborts its second transaction
+    late = _produce(wire, kafka_cluster, topic, _batch([b"late"], pid, epoch, 1), tid, partition=1)
+    assert late.error_code in (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH), late
+    assert wait_for(lambda: _committed_values(kafka_cluster, topic, 1) == [b"one"] or None, 20, "partition 1")
+    assert _lso(kafka_cluster, topic, 1) == 2  # no transaction open there: nothing pins its LSO
+
+
+def test_kip360_init_with_the_current_identity_bumps_it(kafka_cluster: LocalCluster, wire: Wire) -> None:
+    tid = unique("tid")
+    coord = _coordinator(kafka_cluster, tid)
+    first = _init(wire, coord, tid)
+    pid, epoch = first.producer_id, first.producer_epoch
+    bumped = _init(wire, coord, tid, pid=pid, epoch=epoch)
+    assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (0, pid, epoch + 1)
+    # Naming an identity that is neither current nor the one just bumped: fenced, as each version expects.
+    assert _init(wire, coord, tid, version=4, pid=pid, epoch=epoch + 5).error_code == PRODUCER_FENCED
+    assert _init(wire, coord, tid, version=3, pid=pid, epoch=epoch + 5).error_code == INVALID_PRODUCER_EPOCH
 
 
 def test_add_partitions_answers_per_partition(kafka_cluster: LocalCluster, wire: Wire) -> None:
