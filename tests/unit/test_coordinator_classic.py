@@ -15,11 +15,12 @@ import pytest
 from clients.protocol import ControlType, ErrorCode
 from coordinator.commands import EndTxn, decode_command, encode_command
 from coordinator.group_commands import WriteTxnMarker, decode_group_command, encode_group_command
-from coordinator.group_rules import marker_error
 from coordinator.group_metadata import ProducerFence
+from coordinator.group_rules import marker_error
 from coordinator.metadata import decode_metadata, encode_metadata
 from coordinator.results import EndTxnResult
-from storage.commands import TxnMarkerCommand, decode_command as decode_partition_command, encode_txn_marker
+from storage.commands import TxnMarkerCommand, encode_txn_marker
+from storage.commands import decode_command as decode_partition_command
 from storage.producer_state import ProducerAppendInfo, ProducerStateEntry
 from storage.store import NodeStore
 from tests.unit.test_coordinator import TID, TP0, TP1, Coordinator, S, err
