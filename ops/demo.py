@@ -10,7 +10,9 @@ transaction committed and one aborted (read_committed vs read_uncommitted), the
 transactional consume-transform-produce copier, a Spark batch read and an
 exactly-once Spark write (when pyspark is installed), and the metrics; a 4th
 node added, a partition moved onto it under load and the node decommissioned
-again (``ops/demo_operate.py``); then a second, secured cluster (``ops/demo_secure.py``: TLS, users, ACLs, a limited
+again (``ops/demo_operate.py``); Kafka clients (confluent-kafka, kafka-python) on the Kafka listener, one
+log read through both doors and a transactional copy loop (``ops/demo_kafka.py``); then a second, secured
+cluster (``ops/demo_secure.py``: TLS, users, ACLs, a limited
 user's transactional pipeline). Prints what happened and stops every process
 it started.
 
@@ -36,6 +38,7 @@ from cluster.config import free_ports, make_cluster_configs, write_configs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import demo_eos as eos
+import demo_kafka
 import demo_operate
 import demo_secure
 
@@ -248,6 +251,7 @@ def run(args: argparse.Namespace) -> int:
             eos.stage_spark(bootstrap, say, directory)
             eos.stage_metrics([demo.url(n) for n in (1, 2, 3)], say, Path(__file__).resolve().parent.parent)
             demo_operate.stage_operate(demo, producer, acked, read_all, say)
+            demo_kafka.stage_kafka(demo, say)
             demo_secure.stage_secure(say)
 
         say("== stopping the whole cluster (SIGTERM) and starting it again")

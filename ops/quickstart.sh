@@ -5,7 +5,9 @@
 # acknowledged record still there; in between the Python clients, a committed and an
 # aborted transaction, pipelined commits, the transactional copier, a Spark read and exactly-once write
 # (needs Java 17), a short Jepsen-style check (txbroker verify), the metrics, a 4th node added with a
-# partition moved onto it under load and the node decommissioned again, and a secured cluster
+# partition moved onto it under load and the node decommissioned again, unmodified Kafka clients
+# (confluent-kafka, kafka-python) producing, consuming and copying transactionally through the Kafka
+# listener, and a secured cluster
 # (TLS, users, ACLs via `txbroker acl add`, a limited user's transactions). Prints what happened;
 # cleans up after itself.
 set -euo pipefail

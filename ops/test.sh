@@ -33,7 +33,7 @@ mypy --strict storage raft clients coordinator verify
 mypy cluster bench
 echo "== pytest"
 set +e
-python -m pytest -p no:cacheprovider "$@"
+python -m pytest -p no:cacheprovider --durations=25 "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -5,8 +5,6 @@ compressed) becomes a txbroker batch with the same producer id, epoch, base
 sequence, transactional flag, records and timestamps; a stored batch goes
 back to a Kafka consumer as an uncompressed v2 batch at its base offset, its
 control flag and control record (COMMIT/ABORT, coordinator epoch) included.
-A control record's type is Kafka's numbering there (ABORT 0, COMMIT 1), which
-is not ``clients.protocol.ControlType``'s (COMMIT 0, ABORT 1).
 kafka-python's record codec (``kafka.record``) reads and builds the batches
 and does the decompression (gzip, snappy, lz4, zstd).
 
@@ -32,6 +30,7 @@ from clients.protocol import (
     ErrorCode,
     Record,
     StoredBatch,
+    control_type_of,
     decode_records,
     encode_batch,
 )
@@ -47,9 +46,12 @@ _KNOWN_CODECS = (0, 1, 2, 3, 4)  # none, gzip, snappy, lz4, zstd
 _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 _NO_LIMIT = 2**31 - 1
-_CONTROL_KEY = struct.Struct(">hh")  # version, type
-#: Kafka's ControlRecordType of each txbroker control type
-_KAFKA_CONTROL_TYPE = {ControlType.ABORT: 0, ControlType.COMMIT: 1}
+#: A control record's key in Kafka: version 0, then the type (Kafka's ControlRecordType: ABORT 0, COMMIT 1).
+_KAFKA_CONTROL_KEY: dict[ControlType | None, bytes] = {
+    ControlType.ABORT: struct.pack(">hh", 0, 0),
+    ControlType.COMMIT: struct.pack(">hh", 0, 1),
+    None: struct.pack(">hh", 0, -1),  # a type txbroker does not know: one Kafka does not know either (ignored)
+}
 
 
 def _corrupt(why: str) -> BrokerError:
@@ -85,11 +87,13 @@ def kafka_to_txbroker(data: bytes) -> bytes:
             records.append(
                 Record(value=_bytes(r.value), key=_bytes(r.key), headers=headers, timestamp=int(r.timestamp))
             )
-    except (CorruptRecordError, UnicodeDecodeError, ValueError, IndexError, struct.error) as exc:
-        raise _corrupt(f"records do not decode: {exc}") from exc
+    except BrokerError:
+        raise
     except UnsupportedCodecError as exc:
         raise BrokerError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, str(exc)) from exc
-    except OSError as exc:  # gzip and friends report damaged streams as OSError/EOFError
+    except (CorruptRecordError, UnicodeDecodeError, ValueError, IndexError, struct.error) as exc:
+        raise _corrupt(f"records do not decode: {exc}") from exc
+    except Exception as exc:  # each decompressor reports a damaged stream its own way (OSError, ZstdError, ...)
         raise _corrupt(f"compressed records do not decompress: {exc}") from exc
     if len(records) != count:
         raise _corrupt(f"{len(records)} records decoded, {count} declared")
@@ -112,7 +116,9 @@ def stored_to_kafka(batch: StoredBatch) -> bytes:
         producer_epoch=h.producer_epoch, base_sequence=h.base_sequence, batch_size=_NO_LIMIT,
     )  # fmt: skip
     for i, r in enumerate(decode_records(batch.data)):
-        key = _kafka_control_key(r.key) if h.is_control else r.key
+        key = r.key
+        if h.is_control:  # Kafka numbers the marker types the other way round: ABORT 0, COMMIT 1
+            key = _KAFKA_CONTROL_KEY[control_type_of(batch.data)]
         builder.append(i, r.timestamp, key, r.value, list(r.headers))
     buf = builder.build()
     struct.pack_into(">q", buf, 0, batch.base_offset)
@@ -121,18 +127,6 @@ def stored_to_kafka(batch: StoredBatch) -> bytes:
         buf[_ATTRIBUTES_OFFSET + 1] |= _CONTROL  # attributes is an int16; the flags are in its low byte
         struct.pack_into(">I", buf, _CRC_OFFSET, crc32c.crc32c(memoryview(buf)[_ATTRIBUTES_OFFSET:]))
     return bytes(buf)
-
-
-def _kafka_control_key(key: bytes | None) -> bytes | None:
-    """A stored control record's key (txbroker's control type) with Kafka's ControlRecordType."""
-    if key is None or len(key) < _CONTROL_KEY.size:
-        return key
-    version, ctype = _CONTROL_KEY.unpack_from(key, 0)
-    try:
-        kafka_type = _KAFKA_CONTROL_TYPE[ControlType(ctype)]
-    except ValueError:
-        return key
-    return _CONTROL_KEY.pack(version, kafka_type) + key[_CONTROL_KEY.size :]
 
 
 def kafka_fetch_payload(batches: Iterable[StoredBatch]) -> bytes:
