@@ -428,8 +428,14 @@ class GroupService:
         offsets: tuple[OffsetCommit, ...],
         generation_id: int = NO_GENERATION,
         member_id: str = "",
+        *,
+        verify_only: bool = False,
     ) -> OffsetsCommitted:
-        """TxnOffsetCommit: pending until the transaction's marker reaches this partition."""
+        """TxnOffsetCommit: pending until the transaction's marker reaches this partition.
+
+        ``verify_only``: the classic protocol, whose client puts the offsets partition into the
+        transaction with AddOffsetsToTxn first: INVALID_TXN_STATE if it did not (nothing is added here).
+        """
         part = self.leading(group_id)
 
         def build(now: int, cepoch: int) -> TxnCommitOffsets:
@@ -451,7 +457,8 @@ class GroupService:
         # KIP-890: the offsets partition must be in the producer's ongoing transaction (added if needed),
         # so the transaction's marker is sure to reach these pending offsets.
         await self._txn.verify_partition(transactional_id, producer_id, producer_epoch, OFFSETS_TOPIC,
-                                         part.partition, part.sm.producer(producer_id))  # fmt: skip
+                                         part.partition, part.sm.producer(producer_id),
+                                         add=not verify_only)  # fmt: skip
         if pending_previous:
             # Verification returned once the previous transaction completed, i.e. after its marker was
             # applied here (this node leads the offsets partition): the rules hold now, or the answer stands.

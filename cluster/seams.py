@@ -140,11 +140,12 @@ class MarkerWriter(Protocol):
 class PartitionVerifier(Protocol):
     async def verify_partition(
         self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int,
-        state: object = None,
+        state: object = None, add: bool = True,
     ) -> None:  # fmt: skip
         """Raise unless the partition is in the producer's ongoing transaction (adding it if needed).
 
         ``state``: the partition's state of the producer (a cached answer counts only for the same object).
+        ``add`` False: verify only, INVALID_TXN_STATE when the partition is not in the transaction.
         """
         ...
 

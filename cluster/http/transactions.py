@@ -390,7 +390,7 @@ class TxnRoutes:
         assert topic is not None
         pid, epoch = parsing.producer_identity(body)
         partition = parsing.get_int(body, "partition", lo=0, hi=2**31 - 1)
-        await self.txn.verify_here(tid, pid, epoch, topic, partition)
+        await self.txn.verify_here(tid, pid, epoch, topic, partition, add=body.get("verify_only") is not True)
         return web.json_response({"ok": True})
 
     def _member(self, body: dict[str, Any]) -> GroupMember:

@@ -413,16 +413,17 @@ class TransactionCoordinator:
 
     async def verify_partition(
         self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int,
-        state: object = None,
+        state: object = None, add: bool = True,
     ) -> None:  # fmt: skip
         await self._verification.verify_partition(
-            transactional_id, producer_id, producer_epoch, topic, partition, state
+            transactional_id, producer_id, producer_epoch, topic, partition, state, add
         )
 
     async def verify_here(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
-    ) -> None:
-        await self._verification.verify_here(transactional_id, producer_id, producer_epoch, topic, partition)
+        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int,
+        add: bool = True,
+    ) -> None:  # fmt: skip
+        await self._verification.verify_here(transactional_id, producer_id, producer_epoch, topic, partition, add)
 
     # ---- timeouts and expiry --------------------------------------------------------------------
 

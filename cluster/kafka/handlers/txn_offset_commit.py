@@ -8,6 +8,9 @@ transaction coordinator that the offsets partition is in the producer's
 transaction first (KIP-890's verification), so no pending offsets outlive
 their transaction. From version 3 the consumer's generation and member id are
 checked against the group (KIP-447); the static member id is not.
+Classic clients send AddOffsetsToTxn first, and the check only verifies (it
+adds nothing, unlike the HTTP door's TV2 commit): offsets of a group whose
+partition is not in the transaction are INVALID_TXN_STATE.
 
 Authorization as the HTTP route: WRITE on the transactional id
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), READ on the group
@@ -80,7 +83,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         return _answer({})
     try:
         await ctx.services.groups.txn_commit_offsets(
-            group, tid, pid, epoch, tuple(offsets.values()), generation, member_id
+            group, tid, pid, epoch, tuple(offsets.values()), generation, member_id, verify_only=True
         )
         code = 0
     except BrokerError as exc:

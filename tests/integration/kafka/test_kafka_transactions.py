@@ -286,8 +286,6 @@ def test_offsets_join_the_transaction_and_commit_with_it(kafka_cluster: LocalClu
     coord = _coordinator(kafka_cluster, tid)
     init = _init(wire, coord, tid)
     pid, epoch = init.producer_id, init.producer_epoch
-    req = AddOffsetsToTxnRequest[3](transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group)
-    assert wire.call(coord, req, AddOffsetsToTxnResponse, 3).error_code == 0
     status, body = http("GET", f"{kafka_cluster.url(1)}/v1/coordinators/group/{group}")
     assert status == 200, body
     Topic = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
@@ -297,8 +295,16 @@ def test_offsets_join_the_transaction_and_commit_with_it(kafka_cluster: LocalClu
         topics=[Topic(name=topic, partitions=[Topic.TxnOffsetCommitRequestPartition(
             partition_index=0, committed_offset=42, committed_leader_epoch=-1, committed_metadata="m")])],
     )  # fmt: skip
-    resp = wire.call(int(body["node_id"]), commit, TxnOffsetCommitResponse, 3)
-    assert [p.error_code for t in resp.topics for p in t.partitions] == [0]
+
+    def commit_codes() -> list[int]:
+        resp = wire.call(int(body["node_id"]), commit, TxnOffsetCommitResponse, 3)
+        return [p.error_code for t in resp.topics for p in t.partitions]
+
+    # The classic protocol: AddOffsetsToTxn comes first; without it the offsets are refused, not added.
+    assert commit_codes() == [INVALID_TXN_STATE]
+    req = AddOffsetsToTxnRequest[3](transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group)
+    assert wire.call(coord, req, AddOffsetsToTxnResponse, 3).error_code == 0
+    assert commit_codes() == [0]
     # Describe and list show the open transaction with the offsets partition in it.
     desc = wire.call(coord, DescribeTransactionsRequest[0](transactional_ids=[tid]), DescribeTransactionsResponse, 0)
     [state] = desc.transaction_states
