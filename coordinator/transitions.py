@@ -25,6 +25,8 @@ metadata it is one of (``Identity``):
 
 Answers follow kafka_txn.md §4.3 (TV2 column where it differs). Where TV2
 needs a choice the table does not make, the rule is stated at the function.
+A classic EndTxn (Kafka clients below EndTxn version 5) follows the TV1
+column instead: no bump, the retry comes with the CURRENT identity (``_end_classic``).
 """
 
 from __future__ import annotations
