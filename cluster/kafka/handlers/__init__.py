@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ..api import KafkaApi
 from . import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_configs,
     api_versions,
     create_acls,
@@ -14,13 +16,20 @@ from . import (
     describe_acls,
     describe_cluster,
     describe_configs,
+    describe_producers,
+    describe_transactions,
+    end_txn,
     fetch,
+    find_coordinator,
     incremental_alter_configs,
+    init_producer_id,
     list_offsets,
+    list_transactions,
     metadata,
     produce,
     sasl_authenticate,
     sasl_handshake,
+    txn_offset_commit,
 )
 
 __all__ = ["ALL_APIS"]
@@ -31,6 +40,15 @@ ALL_APIS: tuple[KafkaApi, ...] = (
     produce.API,
     fetch.API,
     list_offsets.API,
+    find_coordinator.API,
+    init_producer_id.API,
+    add_partitions_to_txn.API,
+    add_offsets_to_txn.API,
+    end_txn.API,
+    txn_offset_commit.API,
+    describe_producers.API,
+    list_transactions.API,
+    describe_transactions.API,
     # admin
     create_topics.API,
     delete_topics.API,
