@@ -39,6 +39,8 @@ from tests.support.cluster import LocalCluster, cluster_init_secure, http, wait_
 pytestmark = pytest.mark.integration
 
 _PASSWORD = "s3cret-for-tests"
+#: READ on the consumer groups ``_consume`` makes (``unique("g")``: g-N)
+_GROUPS = ("GROUP", "g-*", "READ")
 
 
 class Secure:
@@ -130,7 +132,7 @@ def _consume(conf: dict[str, Any], topic: str, n: int, timeout: float = 20) -> l
 
 def test_confluent_kafka_plain_and_scram_sha_512(secure: Secure) -> None:
     topic = secure.topic()
-    user = secure.user("alice", ("TOPIC", topic, "WRITE"), ("TOPIC", topic, "READ"))
+    user = secure.user("alice", ("TOPIC", topic, "WRITE"), ("TOPIC", topic, "READ"), _GROUPS)
     values = [f"v{i}".encode() for i in range(20)]
     assert _produce(secure.conf(user, _PASSWORD, "PLAIN"), topic, values) == [None] * 20
     assert _consume(secure.conf(user, _PASSWORD, "SCRAM-SHA-512"), topic, 20) == values
@@ -144,7 +146,7 @@ def test_confluent_kafka_plain_and_scram_sha_512(secure: Secure) -> None:
 def test_kafka_python_plain_and_scram_sha_512(secure: Secure) -> None:
     topic = secure.topic()
     user = secure.user("kp", ("TOPIC", topic, "WRITE"), ("TOPIC", topic, "READ"))
-    producer = KafkaProducer(**secure.kp_conf(user, _PASSWORD, "SCRAM-SHA-512"), acks="all", enable_idempotence=False)
+    producer = KafkaProducer(**secure.kp_conf(user, _PASSWORD, "SCRAM-SHA-512"), acks="all")  # idempotent
     try:
         for i in range(5):
             producer.send(topic, value=f"kp{i}".encode(), partition=0).get(timeout=15)
@@ -172,6 +174,26 @@ def _refused(producer: Any, errors: list[Any]) -> bool:
 
 # kafka-python's constructor leaves its wakeup socket pair open when the bootstrap fails
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_transactional_producer_needs_write_on_its_transactional_id(secure: Secure) -> None:
+    topic = secure.topic()
+    txn_id = unique("txn")
+    user = secure.user(
+        "tx", ("TOPIC", topic, "WRITE"), ("TOPIC", topic, "READ"), ("TRANSACTIONAL_ID", txn_id, "WRITE"), _GROUPS
+    )
+    conf = secure.conf(user, _PASSWORD, "SCRAM-SHA-512")
+    producer = Producer({**conf, "transactional.id": txn_id, "transaction.timeout.ms": 10000})
+    producer.init_transactions(15)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"committed", partition=0)
+    producer.commit_transaction(15)
+    assert _consume({**conf, "isolation.level": "read_committed"}, topic, 1) == [b"committed"]
+    # another transactional id: TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    other = Producer({**conf, "transactional.id": unique("txn")})
+    with pytest.raises(KafkaException) as err:
+        other.init_transactions(15)
+    assert err.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
 def test_wrong_password_is_refused(secure: Secure) -> None:
     user = secure.user("eve")
     for mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
