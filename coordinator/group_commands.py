@@ -24,6 +24,8 @@ from coordinator.group_metadata import (
     counts_from_json,
     member_from_json,
     member_json,
+    named_bytes_from_json,
+    named_bytes_json,
 )
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "ExpireProducers",
     "GroupsCommand",
     "OffsetCommit",
+    "StoreAssignment",
     "StoreGroup",
     "TxnCommitOffsets",
     "WriteTxnMarker",
@@ -109,6 +112,23 @@ class StoreGroup(_Stamped):
     leader_id: str | None
     members: tuple[MemberMetadata, ...]
     topic_partitions: tuple[tuple[str, int], ...]
+    #: None: the coordinator computed the assignment; else the Kafka protocol type of a group whose
+    #: leader member assigns (stored ``awaiting_sync`` until ``StoreAssignment``)
+    protocol_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreAssignment(_Stamped):
+    """SyncGroup: the leader's assignment of generation ``generation_id`` (opaque bytes per member).
+
+    Apply checks the stored generation is that one and still awaits its assignment; members the
+    leader left out get an empty assignment, as Kafka does.
+    """
+
+    OP: ClassVar[str] = "store_assignment"
+    group_id: str
+    generation_id: int
+    assignments: tuple[tuple[str, bytes], ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,11 +147,16 @@ class DeleteGroup(_Stamped):
     group_id: str
 
 
-GroupsCommand = CommitOffsets | TxnCommitOffsets | WriteTxnMarker | StoreGroup | ExpireProducers | DeleteGroup
+GroupsCommand = (
+    CommitOffsets | TxnCommitOffsets | WriteTxnMarker | StoreGroup | StoreAssignment | ExpireProducers | DeleteGroup
+)
 
 _COMMANDS: Mapping[str, type[GroupsCommand]] = {
-    cls.OP: cls for cls in (CommitOffsets, TxnCommitOffsets, WriteTxnMarker, StoreGroup, ExpireProducers, DeleteGroup)
-}
+    cls.OP: cls
+    for cls in (
+        CommitOffsets, TxnCommitOffsets, WriteTxnMarker, StoreGroup, StoreAssignment, ExpireProducers, DeleteGroup,
+    )
+}  # fmt: skip
 
 
 def _list(d: Mapping[str, Any], key: str) -> list[Any]:
@@ -168,6 +193,7 @@ _CODECS: Mapping[str, tuple[Callable[[Any], Any], Callable[[Mapping[str, Any], s
     "tuple[OffsetCommit, ...]": (lambda v: [[o.topic, o.partition, o.offset, o.metadata] for o in v], _offsets),
     "tuple[MemberMetadata, ...]": (lambda v: [member_json(m) for m in v], _members),
     "tuple[tuple[str, int], ...]": (lambda v: [[t, n] for t, n in v], _counts),
+    "tuple[tuple[str, bytes], ...]": (named_bytes_json, lambda d, key: named_bytes_from_json(d.get(key), key)),
 }
 
 

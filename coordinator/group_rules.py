@@ -43,15 +43,17 @@ marker can never bring offsets of a deleted group back.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from clients.protocol import BrokerError, ErrorCode
+from coordinator.consumer_protocol import CONSUMER_PROTOCOL_TYPE, ConsumerProtocolError, decode_assignment
 from coordinator.group_commands import (
     CommitOffsets,
     DeleteGroup,
     ExpireProducers,
     OffsetCommit,
+    StoreAssignment,
     StoreGroup,
     TxnCommitOffsets,
     WriteTxnMarker,
@@ -79,6 +81,7 @@ __all__ = [
     "delete_group",
     "expire_producers",
     "marker_error",
+    "store_assignment",
     "store_group",
     "txn_commit_offsets",
     "validate_member",
@@ -262,8 +265,44 @@ def store_group(view: OffsetsView, cmd: StoreGroup) -> GroupsChange:
         members=cmd.members,
         topic_partitions=cmd.topic_partitions,
         updated_ms=cmd.now_ms,
+        protocol_type=cmd.protocol_type,
+        awaiting_sync=cmd.protocol_type is not None and bool(cmd.members),
     )
     return GroupsChange(GroupStored(meta), groups={cmd.group_id: meta})
+
+
+def store_assignment(view: OffsetsView, cmd: StoreAssignment) -> GroupsChange:
+    """SyncGroup's assignment of the stored generation (``StoreAssignment``); decoded for display only."""
+    g = view.group(cmd.group_id)
+    if g is None or g.generation_id != cmd.generation_id:
+        current = g.generation_id if g is not None else 0
+        return GroupsChange(
+            BrokerError(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"generation {cmd.generation_id} is not the group's current generation {current}",
+            )
+        )
+    if not g.awaiting_sync:
+        return GroupsChange(
+            BrokerError(ErrorCode.REBALANCE_IN_PROGRESS, f"generation {g.generation_id} already has its assignment")
+        )
+    given = dict(cmd.assignments)
+    members = tuple(
+        replace(m, assignment_data=given.get(m.member_id, b""), assignment=_decoded_assignment(g.protocol_type,
+                given.get(m.member_id, b"")))
+        for m in g.members
+    )  # fmt: skip
+    meta = replace(g, members=members, awaiting_sync=False, updated_ms=cmd.now_ms)
+    return GroupsChange(GroupStored(meta), groups={cmd.group_id: meta})
+
+
+def _decoded_assignment(protocol_type: str | None, data: bytes) -> tuple[TopicPartition, ...]:
+    if protocol_type != CONSUMER_PROTOCOL_TYPE:
+        return ()
+    try:
+        return decode_assignment(data)
+    except ConsumerProtocolError:
+        return ()
 
 
 def expire_producers(view: OffsetsView, cmd: ExpireProducers) -> GroupsChange:

@@ -46,6 +46,7 @@ from coordinator.group_commands import (
     DeleteGroup,
     ExpireProducers,
     GroupsCommand,
+    StoreAssignment,
     StoreGroup,
     TxnCommitOffsets,
     WriteTxnMarker,
@@ -246,6 +247,8 @@ def _run_rule(view: _OffsetsState, cmd: GroupsCommand, index: int) -> GroupsChan
         return group_rules.write_txn_marker(view, cmd, index)
     if isinstance(cmd, StoreGroup):
         return group_rules.store_group(view, cmd)
+    if isinstance(cmd, StoreAssignment):
+        return group_rules.store_assignment(view, cmd)
     if isinstance(cmd, DeleteGroup):
         return group_rules.delete_group(view, cmd)
     assert isinstance(cmd, ExpireProducers)
