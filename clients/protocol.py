@@ -89,6 +89,7 @@ class ErrorCode(enum.Enum):
     MESSAGE_TOO_LARGE = (10, 413, False)
     # Not a Kafka error: a single record above max.message.bytes (API.md lists it).
     RECORD_TOO_LARGE = (10_010, 413, False)
+    OFFSET_METADATA_TOO_LARGE = (12, 400, False)
     NETWORK_EXCEPTION = (13, 503, True)
     COORDINATOR_LOAD_IN_PROGRESS = (14, 503, True)
     COORDINATOR_NOT_AVAILABLE = (15, 503, True)

@@ -3,7 +3,23 @@
 from __future__ import annotations
 
 from ..api import KafkaApi
-from . import api_versions, fetch, list_offsets, metadata, produce
+from . import (
+    api_versions,
+    delete_groups,
+    describe_groups,
+    fetch,
+    find_coordinator,
+    heartbeat,
+    join_group,
+    leave_group,
+    list_groups,
+    list_offsets,
+    metadata,
+    offset_commit,
+    offset_fetch,
+    produce,
+    sync_group,
+)
 
 __all__ = ["ALL_APIS"]
 
@@ -13,4 +29,14 @@ ALL_APIS: tuple[KafkaApi, ...] = (
     produce.API,
     fetch.API,
     list_offsets.API,
+    find_coordinator.API,
+    join_group.API,
+    sync_group.API,
+    heartbeat.API,
+    leave_group.API,
+    offset_commit.API,
+    offset_fetch.API,
+    list_groups.API,
+    describe_groups.API,
+    delete_groups.API,
 )
