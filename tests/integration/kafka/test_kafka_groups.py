@@ -30,6 +30,9 @@ PARTITIONS = 4
 SESSION_MS = 6000
 HEARTBEAT_MS = 300
 MAX_POLL_MS = 10_000
+RECORDS_PER_PARTITION = 50
+#: consume tests: at-least-once delivery through a rebalance, offsets auto-committed
+AUTO_COMMIT_MS = 200
 
 
 def _topic(cluster: LocalCluster, partitions: int = PARTITIONS) -> str:
@@ -61,6 +64,27 @@ def _http_offsets(cluster: LocalCluster, group: str) -> dict[tuple[str, int], in
     status, body = http("GET", f"{cluster.url(2)}/v1/groups/{group}/offsets")
     assert status == 200, body
     return {(o["topic"], o["partition"]): o["offset"] for o in body["offsets"]}
+
+
+def _produce(cluster: LocalCluster, topic: str, half: int) -> set[bytes]:
+    """Half ``half`` (0 or 1) of every partition's records; their values."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5})
+    values = set()
+    per_half = RECORDS_PER_PARTITION // 2
+    for p in range(PARTITIONS):
+        for i in range(half * per_half, (half + 1) * per_half):
+            value = f"{p}-{i}".encode()
+            producer.produce(topic, value=value, partition=p)
+            values.add(value)
+    assert producer.flush(20) == 0
+    return values
+
+
+def _all_committed(cluster: LocalCluster, group: str, topic: str, per_partition: int = RECORDS_PER_PARTITION) -> None:
+    want = {(topic, p): per_partition for p in range(PARTITIONS)}
+    wait_for(lambda: _http_offsets(cluster, group) == want, 30, "every partition's offset committed at its end")
 
 
 def _exactly_once(assignments: list[set[tuple[str, int]]], topic: str, partitions: int = PARTITIONS) -> bool:
@@ -105,11 +129,12 @@ class _Member:
     def __init__(self, bootstrap: str, group: str, topic: str, **config: Any) -> None:
         from kafka import KafkaConsumer
 
-        self.consumer = KafkaConsumer(
+        settings: dict[str, Any] = dict(
             bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False, auto_offset_reset="earliest",
             session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS, max_poll_interval_ms=MAX_POLL_MS,
-            request_timeout_ms=MAX_POLL_MS + 5000, **config,
+            request_timeout_ms=MAX_POLL_MS + 5000,
         )  # fmt: skip
+        self.consumer = KafkaConsumer(**(settings | config))
         self.consumer.subscribe([topic])
         self.records: list[Any] = []
         self.error: BaseException | None = None
@@ -397,3 +422,119 @@ def test_aiokafka_group_rebalances_and_commits(kafka_cluster: LocalCluster) -> N
             await asyncio.gather(*(c.stop() for c in consumers), return_exceptions=True)
 
     asyncio.run(scenario())
+
+
+# ---- consuming through a rebalance (one test per library) ---------------------------------------------------
+
+
+def test_kafka_python_consumes_everything_through_a_rebalance(
+    kafka_cluster: LocalCluster, kafka_python_members: list[_Member]
+) -> None:
+    topic, group = _topic(kafka_cluster), unique("kp-consume")
+    produced = _produce(kafka_cluster, topic, 0)
+    auto = {"enable_auto_commit": True, "auto_commit_interval_ms": AUTO_COMMIT_MS, "max_poll_records": 20}
+    first = _Member(kafka_cluster.bootstrap_servers, group, topic, **auto)
+    kafka_python_members.append(first)
+
+    def consumed() -> set[bytes]:
+        return {r.value for m in kafka_python_members for r in list(m.records)}
+
+    wait_for(lambda: consumed() == produced, 30, "the first member to consume the first half")
+    # a second member joins: the group rebalances, then the second half is produced and split between them
+    second = _Member(kafka_cluster.bootstrap_servers, group, topic, **auto)
+    kafka_python_members.append(second)
+    _wait_exactly_once(kafka_python_members, topic)
+    produced |= _produce(kafka_cluster, topic, 1)
+    wait_for(lambda: consumed() == produced, 30, "every record consumed")
+    assert second.records, "the second member consumed its partitions"
+    _all_committed(kafka_cluster, group, topic)
+
+
+def test_confluent_consumes_everything_through_a_rebalance(kafka_cluster: LocalCluster) -> None:
+    from confluent_kafka import Consumer
+
+    topic, group = _topic(kafka_cluster), unique("ck-consume")
+    produced = _produce(kafka_cluster, topic, 0)
+
+    def member() -> Any:
+        c = Consumer({
+            "bootstrap.servers": kafka_cluster.bootstrap_servers, "group.id": group, "auto.offset.reset": "earliest",
+            "enable.auto.commit": True, "auto.commit.interval.ms": AUTO_COMMIT_MS, "session.timeout.ms": SESSION_MS,
+            "heartbeat.interval.ms": HEARTBEAT_MS, "max.poll.interval.ms": MAX_POLL_MS,
+        })  # fmt: skip
+        c.subscribe([topic])
+        return c
+
+    got: list[list[bytes]] = [[], []]
+    consumers = [member()]
+    try:
+
+        def poll_all() -> None:
+            for i, c in enumerate(consumers):
+                for msg in c.consume(50, 0.05):
+                    assert msg.error() is None, msg.error()
+                    got[i].append(msg.value())
+
+        def rebalanced() -> bool:
+            return _exactly_once([{(tp.topic, tp.partition) for tp in c.assignment()} for c in consumers], topic)
+
+        wait_for(lambda: poll_all() or set(got[0]) == produced, 30, "the first member to consume the first half", 0.01)
+        consumers.append(member())
+        wait_for(lambda: poll_all() or rebalanced(), 30, "the rebalance", 0.01)
+        produced |= _produce(kafka_cluster, topic, 1)
+        wait_for(lambda: poll_all() or set(got[0]) | set(got[1]) == produced, 30, "every record consumed", 0.01)
+        assert got[1], "the second member consumed its partitions"
+        for c in consumers:
+            c.commit(asynchronous=False)
+        _all_committed(kafka_cluster, group, topic)
+    finally:
+        for c in consumers:
+            c.close()
+
+
+def test_aiokafka_consumes_everything_through_a_rebalance(kafka_cluster: LocalCluster) -> None:
+    from aiokafka import AIOKafkaConsumer
+
+    topic, group = _topic(kafka_cluster), unique("aio-consume")
+    produced = _produce(kafka_cluster, topic, 0)
+
+    def member() -> AIOKafkaConsumer:
+        return AIOKafkaConsumer(
+            topic, bootstrap_servers=kafka_cluster.bootstrap_servers, group_id=group, auto_offset_reset="earliest",
+            enable_auto_commit=True, auto_commit_interval_ms=AUTO_COMMIT_MS, session_timeout_ms=SESSION_MS,
+            heartbeat_interval_ms=HEARTBEAT_MS, max_poll_interval_ms=MAX_POLL_MS, max_poll_records=20,
+        )  # fmt: skip
+
+    async def scenario() -> None:
+        nonlocal produced
+        got: list[list[bytes]] = [[], []]
+        consumers = [member()]
+
+        async def poll_until(done: Callable[[], bool], what: str) -> None:
+            deadline = time.monotonic() + 30
+            while not done():
+                assert time.monotonic() < deadline, f"{what} did not happen"
+                for i, polled in enumerate(await asyncio.gather(*(c.getmany(timeout_ms=50) for c in consumers))):
+                    for batch in polled.values():
+                        got[i].extend(r.value for r in batch)
+
+        def rebalanced() -> bool:
+            return _exactly_once([{(tp.topic, tp.partition) for tp in c.assignment()} for c in consumers], topic)
+
+        try:
+            await consumers[0].start()
+            await poll_until(lambda: set(got[0]) == produced, "the first member consuming the first half")
+            second = member()
+            await second.start()
+            consumers.append(second)
+            await poll_until(rebalanced, "the rebalance")
+            produced |= _produce(kafka_cluster, topic, 1)
+            await poll_until(lambda: set(got[0]) | set(got[1]) == produced, "consuming every record")
+            assert got[1], "the second member consumed its partitions"
+            for c in consumers:
+                await c.commit()
+        finally:
+            await asyncio.gather(*(c.stop() for c in consumers), return_exceptions=True)
+
+    asyncio.run(scenario())
+    _all_committed(kafka_cluster, group, topic)
