@@ -38,7 +38,8 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Collection, Coroutine
+from collections.abc import Callable, Collection
+from dataclasses import replace
 from typing import Any
 
 from clients.protocol import BrokerError, ControlType, ErrorCode
@@ -48,6 +49,7 @@ from coordinator.group_commands import (
     DEFAULT_PRODUCER_EXPIRATION_MS,
     CommitOffsets,
     DeleteGroup,
+    DeleteOffsets,
     ExpireProducers,
     GroupsCommand,
     OffsetCommit,
@@ -67,7 +69,7 @@ from coordinator.group_membership import (
     SyncAnswer,
 )
 from coordinator.group_metadata import NO_GENERATION, OFFSETS_TOPIC, CommittedOffset
-from coordinator.group_rules import GroupDeleted, GroupStored, OffsetsCommitted
+from coordinator.group_rules import GroupDeleted, GroupStored, OffsetsCommitted, OffsetsDeleted
 from coordinator.group_state_machine import GroupStateMachine
 from coordinator.group_states import GroupState
 from coordinator.metadata import TopicPartition
@@ -78,7 +80,7 @@ from storage.store import NodeStore
 
 from .config import NodeConfig
 from .controller_view import ControllerView
-from .group_waiters import MemberWaiters
+from .group_waiters import MemberWaiters, track_task
 from .internal_groups import InternalGroups, InternalPartition
 from .metrics import CoordinatorKind, GroupCoordinatorSample, GroupSample, NodeMetrics
 from .offset_lookup import OffsetLookup
@@ -104,18 +106,6 @@ def offsets_storage_prefix(partition: int) -> bytes:
 
 def _offset_json(c: CommittedOffset) -> dict[str, Any]:
     return {"topic": c.topic, "partition": c.partition, "offset": c.offset, "metadata": c.metadata}
-
-
-def _track(tasks: dict[str, asyncio.Task[None]], group_id: str, work: Coroutine[Any, Any, None]) -> None:
-    """Run ``work`` as the group's entry in ``tasks`` until it ends."""
-    task = asyncio.get_running_loop().create_task(work)
-    tasks[group_id] = task
-
-    def done(t: asyncio.Task[None]) -> None:
-        if tasks.get(group_id) is t:
-            del tasks[group_id]
-
-    task.add_done_callback(done)
 
 
 class GroupService:
@@ -350,7 +340,7 @@ class GroupService:
             return outcome
         fut = self._syncs.add(group_id, member_id)
         if isinstance(outcome, AssignmentPlan):
-            _track(self._assignments, group_id, self._store_assignment(part, group_id, m, outcome))
+            track_task(self._assignments, group_id, self._store_assignment(part, group_id, m, outcome))
         live = m.members.get(member_id)
         wait_s = (live.meta.rebalance_timeout_ms if live is not None else 0) / 1000 + _JOIN_GRACE_S
         return await self._syncs.wait(group_id, member_id, fut, wait_s)
@@ -439,7 +429,7 @@ class GroupService:
                     plan = m.begin_completion(now, counts)
                     for mid in plan.removed:
                         log.info("group %s: member %s removed (did not rejoin in the rebalance timeout)", group_id, mid)
-                    _track(self._completions, group_id, self._complete(part, group_id, m, plan))
+                    track_task(self._completions, group_id, self._complete(part, group_id, m, plan))
                 elif m.idle and group_id not in self._assignments:
                     del groups[group_id]  # nothing live left; the stored metadata is the whole state
 
@@ -649,6 +639,21 @@ class GroupService:
             del live[group_id]
         log.info("group %s deleted with %d committed offset(s)", group_id, result.offsets)
         return {"group_id": group_id, "deleted": True, "offsets_deleted": result.offsets}
+
+    async def delete_offsets(self, group_id: str, partitions: Collection[TopicPartition]) -> OffsetsDeleted:
+        """OffsetDelete: the partitions' committed offsets go, except those of topics a member subscribes to
+        (live members too, ahead of the stored generation; ``OffsetsDeleted.subscribed``)."""
+        part = self.leading(group_id)
+        m = self._live.get(part.partition, {}).get(group_id)
+        live = {t for mm in m.members.values() for t in mm.meta.topics} if m is not None else set()
+        named = tuple(sorted((tp.topic, tp.partition) for tp in set(partitions) if tp.topic not in live))
+        subscribed = {tp for tp in partitions if tp.topic in live}
+        result = OffsetsDeleted(group_id, 0, ())
+        if named or m is None:
+            result = await self._submit(part, lambda now, cepoch: DeleteOffsets(
+                group_id=group_id, partitions=named, now_ms=now, coordinator_epoch=cepoch))  # fmt: skip
+            assert isinstance(result, OffsetsDeleted), result
+        return replace(result, subscribed=tuple(sorted(subscribed | set(result.subscribed))))
 
     async def reset_offsets(
         self, group_id: str, topic: str, partitions: Collection[int] | None, to: ResetTo, *, execute: bool

@@ -1,18 +1,22 @@
-"""Group members' requests that wait on the coordinator: joins for their rebalance, syncs for the leader's assignment.
+"""What a group coordinator waits on: members' requests and its own per-group tasks.
 
-One ``MemberWaiters`` per kind of request, keyed by (group id, member id):
-a member has at most one waiting request of a kind; a newer one supersedes
-the older, which fails. Runs on the event loop only (not thread-safe).
+One ``MemberWaiters`` per kind of request (joins wait for their rebalance,
+syncs for the leader's assignment), keyed by (group id, member id): a member
+has at most one waiting request of a kind; a newer one supersedes the older,
+which fails. ``track_task`` runs a coordinator task (a rebalance being
+stored, a leader's assignment being stored) as its group's entry in a map
+until it ends. Runs on the event loop only (not thread-safe).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Generic, TypeVar
+from collections.abc import Coroutine
+from typing import Any, Generic, TypeVar
 
 from clients.protocol import BrokerError, ErrorCode
 
-__all__ = ["MemberWaiters"]
+__all__ = ["MemberWaiters", "track_task"]
 
 T = TypeVar("T")
 
@@ -59,3 +63,15 @@ class MemberWaiters(Generic[T]):
 
     def waiting(self, group_id: str) -> bool:
         return any(k[0] == group_id and not f.done() for k, f in self._futures.items())
+
+
+def track_task(tasks: dict[str, asyncio.Task[None]], group_id: str, work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` as the group's entry in ``tasks`` until it ends."""
+    task = asyncio.get_running_loop().create_task(work)
+    tasks[group_id] = task
+
+    def done(t: asyncio.Task[None]) -> None:
+        if tasks.get(group_id) is t:
+            del tasks[group_id]
+
+    task.add_done_callback(done)

@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_PRODUCER_EXPIRATION_MS",
     "CommitOffsets",
     "DeleteGroup",
+    "DeleteOffsets",
     "ExpireProducers",
     "GroupsCommand",
     "OffsetCommit",
@@ -147,14 +148,32 @@ class DeleteGroup(_Stamped):
     group_id: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteOffsets(_Stamped):
+    """OffsetDelete: remove a group's committed offsets of ``partitions`` ([topic, partition]) except those
+    of topics its members subscribe to (``group_rules.delete_offsets``)."""
+
+    OP: ClassVar[str] = "delete_offsets"
+    group_id: str
+    partitions: tuple[tuple[str, int], ...]
+
+
 GroupsCommand = (
-    CommitOffsets | TxnCommitOffsets | WriteTxnMarker | StoreGroup | StoreAssignment | ExpireProducers | DeleteGroup
+    CommitOffsets
+    | TxnCommitOffsets
+    | WriteTxnMarker
+    | StoreGroup
+    | StoreAssignment
+    | ExpireProducers
+    | DeleteGroup
+    | DeleteOffsets
 )
 
 _COMMANDS: Mapping[str, type[GroupsCommand]] = {
     cls.OP: cls
     for cls in (
         CommitOffsets, TxnCommitOffsets, WriteTxnMarker, StoreGroup, StoreAssignment, ExpireProducers, DeleteGroup,
+        DeleteOffsets,
     )
 }  # fmt: skip
 

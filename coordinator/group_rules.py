@@ -37,7 +37,16 @@ every committed offset, and only for an empty group: one that is unknown here
 generation has members is ``NON_EMPTY_GROUP``; one with transactional offsets
 still pending for a producer is ``CONCURRENT_TRANSACTIONS`` (retriable: the
 transaction's marker resolves them, then the delete succeeds), so a COMMIT
-marker can never bring offsets of a deleted group back.
+marker can never bring offsets of a deleted group back. Deleting some of a
+group's offsets (Kafka's OffsetDelete) removes the committed offsets of the
+named partitions, except those of topics a member of the stored generation
+subscribes to (refused per partition, Kafka's GROUP_SUBSCRIBED_TO_TOPIC); a
+group unknown here is ``GROUP_ID_NOT_FOUND``.
+
+A client-assigned group's generation is stored twice: ``store_group`` with
+its members (``awaiting_sync``), then ``store_assignment`` with the leader's
+assignment for that generation (else ``ILLEGAL_GENERATION``; a second one is
+``REBALANCE_IN_PROGRESS``).
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ from coordinator.consumer_protocol import CONSUMER_PROTOCOL_TYPE, ConsumerProtoc
 from coordinator.group_commands import (
     CommitOffsets,
     DeleteGroup,
+    DeleteOffsets,
     ExpireProducers,
     OffsetCommit,
     StoreAssignment,
@@ -75,10 +85,12 @@ __all__ = [
     "GroupsResult",
     "MarkerApplied",
     "OffsetsCommitted",
+    "OffsetsDeleted",
     "OffsetsView",
     "ProducersExpired",
     "commit_offsets",
     "delete_group",
+    "delete_offsets",
     "expire_producers",
     "marker_error",
     "store_assignment",
@@ -131,7 +143,16 @@ class GroupDeleted:
     offsets: int  # committed offsets removed
 
 
-GroupsResult = OffsetsCommitted | MarkerApplied | GroupStored | ProducersExpired | GroupDeleted | BrokerError
+@dataclass(frozen=True, slots=True)
+class OffsetsDeleted:
+    group_id: str
+    deleted: int  # committed offsets removed
+    subscribed: tuple[TopicPartition, ...]  # refused: a member subscribes to their topic
+
+
+GroupsResult = (
+    OffsetsCommitted | MarkerApplied | GroupStored | ProducersExpired | GroupDeleted | OffsetsDeleted | BrokerError
+)
 
 
 @dataclass
@@ -338,4 +359,21 @@ def delete_group(view: OffsetsView, cmd: DeleteGroup) -> GroupsChange:
         change.groups[gid] = None
     for tp in committed:
         change.committed[(gid, tp)] = None
+    return change
+
+
+def delete_offsets(view: OffsetsView, cmd: DeleteOffsets) -> GroupsChange:
+    """OffsetDelete: tombstones for the named partitions' committed offsets (module docstring)."""
+    gid = cmd.group_id
+    g = view.group(gid)
+    if g is None and not view.committed_of(gid) and not view.has_pending(gid):
+        return GroupsChange(BrokerError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {gid!r} does not exist"))
+    subscribed_topics = {t for m in g.members for t in m.topics} if g is not None else set()
+    named = sorted({TopicPartition(t, p) for t, p in cmd.partitions})
+    refused = tuple(tp for tp in named if tp.topic in subscribed_topics)
+    change = GroupsChange(OffsetsDeleted(gid, 0, refused))
+    for tp in named:
+        if tp.topic not in subscribed_topics and view.committed(gid, tp) is not None:
+            change.committed[(gid, tp)] = None
+    change.result = OffsetsDeleted(gid, len(change.committed), refused)
     return change

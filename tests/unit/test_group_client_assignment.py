@@ -23,7 +23,13 @@ from coordinator.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
-from coordinator.group_commands import StoreAssignment, StoreGroup, decode_group_command, encode_group_command
+from coordinator.group_commands import (
+    DeleteOffsets,
+    StoreAssignment,
+    StoreGroup,
+    decode_group_command,
+    encode_group_command,
+)
 from coordinator.group_membership import AssignmentPlan, ClientProtocols, GroupMembership, JoinAnswer, SyncAnswer
 from coordinator.group_metadata import GroupMetadata, MemberMetadata, decode_group, encode_group
 from coordinator.group_states import GroupState, IllegalGroupTransitionError, validate_group_transition
@@ -322,3 +328,29 @@ def test_consumer_protocol_bytes() -> None:
     for bad in (b"\x00", encode_subscription(["topic"])[:-6], b"\x00\x00\x7f\xff\xff\xff"):
         with pytest.raises(ConsumerProtocolError):
             decode_subscription(bad)
+
+
+class _OffsetsView(_View):
+    def __init__(self, stored: GroupMetadata | None, committed: set[TP]) -> None:
+        super().__init__(stored)
+        self.offsets = committed
+
+    def committed(self, group_id: str, tp: TP) -> object:
+        return tp if tp in self.offsets else None
+
+    def committed_of(self, group_id: str) -> list[TP]:
+        return sorted(self.offsets)
+
+    def has_pending(self, group_id: str) -> bool:
+        return False
+
+
+def test_offset_delete_spares_subscribed_topics_and_needs_a_known_group() -> None:
+    g = stable("a")
+    cmd = DeleteOffsets(group_id="g", partitions=(("t", 0), ("u", 1), ("u", 2)), now_ms=0, coordinator_epoch=1)
+    change = group_rules.delete_offsets(_OffsetsView(g.stored, {TP("t", 0), TP("u", 1)}), cmd)
+    assert change.result == group_rules.OffsetsDeleted("g", 1, (TP("t", 0),))
+    assert change.committed == {("g", TP("u", 1)): None}  # a partition without an offset is not written
+    unknown = group_rules.delete_offsets(_OffsetsView(None, set()), cmd)
+    assert code(unknown.result) is ErrorCode.GROUP_ID_NOT_FOUND and not unknown.committed
+    assert decode_group_command(encode_group_command(cmd)) == cmd

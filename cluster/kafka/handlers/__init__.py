@@ -16,6 +16,7 @@ from . import (
     list_offsets,
     metadata,
     offset_commit,
+    offset_delete,
     offset_fetch,
     produce,
     sync_group,
@@ -39,4 +40,5 @@ ALL_APIS: tuple[KafkaApi, ...] = (
     list_groups.API,
     describe_groups.API,
     delete_groups.API,
+    offset_delete.API,
 )

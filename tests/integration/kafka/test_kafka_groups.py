@@ -266,7 +266,8 @@ def test_kafka_python_commits_are_read_by_the_http_api_and_back(
 def test_kafka_python_admin_lists_describes_and_deletes_groups(
     kafka_cluster: LocalCluster, kafka_python_members: list[_Member]
 ) -> None:
-    from kafka import KafkaAdminClient
+    from kafka import KafkaAdminClient, TopicPartition
+    from kafka.structs import OffsetAndMetadata
 
     topic, group = _topic(kafka_cluster), unique("kp-admin")
     kafka_python_members.append(_Member(kafka_cluster.bootstrap_servers, group, topic))
@@ -286,6 +287,18 @@ def test_kafka_python_admin_lists_describes_and_deletes_groups(
         assert assigned == {(topic, p) for p in range(PARTITIONS)}
         # a group with a member is not deleted
         assert dict(admin.delete_groups([group]))[group] == "NonEmptyGroupError"
+        # OffsetDelete keeps the offsets of a subscribed topic and deletes the others
+        other = _topic(kafka_cluster, 1)
+        kafka_python_members[0].call(lambda c: c.commit({TopicPartition(other, 0): OffsetAndMetadata(0, "", -1)}))
+        assert (other, 0) in _http_offsets(kafka_cluster, group)
+        result = admin.delete_group_offsets(group, [TopicPartition(topic, 0), TopicPartition(other, 0)])
+        assert {(tp.topic, tp.partition): err.__name__ for tp, err in result.items()} == {
+            (topic, 0): "GroupSubscribedToTopicError",
+            (other, 0): "NoError",
+        }
+        assert (other, 0) not in _http_offsets(kafka_cluster, group) and (topic, 0) in _http_offsets(
+            kafka_cluster, group
+        )
         kafka_python_members.pop().close()
         assert dict(admin.delete_groups([group]))[group] == "OK"
         assert _http_offsets(kafka_cluster, group) == {}
