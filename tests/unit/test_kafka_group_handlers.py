@@ -127,10 +127,10 @@ def test_find_coordinator_needs_describe_on_the_group_or_transactional_id() -> N
 def test_join_group_needs_read_on_a_valid_group_and_hands_out_member_ids() -> None:
     def join(group: str, member: str = "", version: int = 5) -> Any:
         svc = FakeServices()
+        protocol = JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")
         req = JoinGroupRequest[version](group_id=group, session_timeout_ms=6000, rebalance_timeout_ms=6000,
                                         member_id=member, group_instance_id=None, protocol_type="consumer",
-                                        protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range",
-                                                                                             metadata=b"")])  # fmt: skip
+                                        protocols=[protocol])  # fmt: skip
         return call(join_group.API, req, version, {(READ, GROUP, "g")}, svc), svc
 
     denied, svc = join("other")
@@ -166,8 +166,8 @@ def test_offset_fetch_shows_only_describable_topics_and_flags_unstable_partition
     every = call(offset_fetch.API, OffsetFetchRequest[6](group_id="g", topics=None), 6, allowed)
     assert [(t.name, t.partitions[0].committed_offset) for t in every.topics] == [("a", 5)]
     T = OffsetFetchRequest.OffsetFetchRequestTopic
-    named = OffsetFetchRequest[7](group_id="g", topics=[T(name="a", partition_indexes=[0, 1]),
-                                                        T(name="b", partition_indexes=[0])], require_stable=True)  # fmt: skip
+    topics = [T(name="a", partition_indexes=[0, 1]), T(name="b", partition_indexes=[0])]
+    named = OffsetFetchRequest[7](group_id="g", topics=topics, require_stable=True)
     svc = FakeServices()
     svc.groups.unstable = {("a", 0)}
     resp = call(offset_fetch.API, named, 7, allowed, svc)
@@ -186,8 +186,8 @@ def test_admin_apis_need_delete_or_describe_on_each_group() -> None:
     listed = call(list_groups.API, ListGroupsRequest[4](states_filter=[]), 4, {(DESCRIBE, GROUP, "g")})
     assert [g.group_id for g in listed.groups] == ["g"]
     T = OffsetDeleteRequest.OffsetDeleteRequestTopic
-    req = OffsetDeleteRequest[0](group_id="g", topics=[
-        T(name=t, partitions=[T.OffsetDeleteRequestPartition(partition_index=0)]) for t in ("a", "b", "c")])  # fmt: skip
+    first = [T.OffsetDeleteRequestPartition(partition_index=0)]
+    req = OffsetDeleteRequest[0](group_id="g", topics=[T(name=t, partitions=first) for t in ("a", "b", "c")])
     svc = FakeServices()
     resp = call(offset_delete.API, req, 0, {(DELETE, GROUP, "g"), (READ, TOPIC, "a"), (READ, TOPIC, "b")}, svc)
     assert {t.name: t.partitions[0].error_code for t in resp.topics} == {
