@@ -43,8 +43,7 @@ from dataclasses import replace
 from typing import Any
 
 from clients.protocol import BrokerError, ControlType, ErrorCode
-from coordinator.consumer_protocol import CONSUMER_PROTOCOL_TYPE
-from coordinator.group_admin import LogOffsets, ResetTo, offset_rows, reset_rows
+from coordinator.group_admin import LogOffsets, ResetTo, reset_rows
 from coordinator.group_commands import (
     DEFAULT_PRODUCER_EXPIRATION_MS,
     CommitOffsets,
@@ -80,9 +79,10 @@ from storage.store import NodeStore
 
 from .config import NodeConfig
 from .controller_view import ControllerView
+from .group_views import GroupViews
 from .group_waiters import MemberWaiters, track_task
 from .internal_groups import InternalGroups, InternalPartition
-from .metrics import CoordinatorKind, GroupCoordinatorSample, GroupSample, NodeMetrics
+from .metrics import CoordinatorKind, GroupCoordinatorSample, NodeMetrics
 from .offset_lookup import OffsetLookup
 from .peers import PeerView
 from .seams import Clock, NodeDirectory, PeerClient, TopicDirectory, TransactionPartitions
@@ -92,8 +92,6 @@ log = logging.getLogger(__name__)
 __all__ = ["OFFSETS_TOPIC", "GroupService", "offsets_storage_prefix"]
 
 GroupPartition = InternalPartition[GroupStateMachine]
-#: Kafka's DescribeGroups state for a group the coordinator does not know.
-DEAD = "Dead"
 _MAX_TIMER_WAIT_S = 1.0  # subscribed-topic changes are noticed within this
 _PRODUCER_SCAN_S = 60.0
 _JOIN_GRACE_S = 5.0
@@ -143,6 +141,7 @@ class GroupService:
         )  # fmt: skip
         # partition -> group -> live membership, for the partitions this node leads (loaded in that term)
         self._live: dict[int, dict[str, GroupMembership]] = {}
+        self.views = GroupViews(config.node_id, config.metrics_max_lag_series, topics, self._live)
         self._loaded_term: dict[int, int] = {}
         self._joins: MemberWaiters[JoinAnswer] = MemberWaiters("rebalance")
         self._syncs: MemberWaiters[SyncAnswer] = MemberWaiters("leader's assignment")
@@ -611,6 +610,17 @@ class GroupService:
 
     # ---- administration: DeleteGroups and offset resets (kafka-consumer-groups.sh) ----------------
 
+    async def _settle_empty(self, part: GroupPartition, group_id: str) -> None:
+        """The last member just left: store the memberless generation first (a Kafka admin deletes a group
+        right after its consumers close; Kafka's group is Empty as soon as the last member leaves)."""
+        m = self._live.get(part.partition, {}).get(group_id)
+        if m is None or m.members or (m.state is not GroupState.PREPARING_REBALANCE and m.completing is None):
+            return
+        self._tick()
+        task = self._completions.get(group_id)
+        if task is not None:
+            await asyncio.wait({task}, timeout=self.config.request_timeout_ms / 1000)
+
     def _require_inactive(self, part: GroupPartition, group_id: str, why: str) -> None:
         """``NON_EMPTY_GROUP`` while the group has members or a rebalance is under way (live or stored)."""
         m = self._live.get(part.partition, {}).get(group_id)
@@ -628,6 +638,7 @@ class GroupService:
     async def delete_group(self, group_id: str) -> dict[str, Any]:
         """DeleteGroups: an empty group's metadata and committed offsets go (``group_rules.delete_group``)."""
         part = self.leading(group_id)
+        await self._settle_empty(part, group_id)
         self._require_inactive(part, group_id, "A group can only be deleted")
         result = await self._submit(
             part, lambda now, cepoch: DeleteGroup(group_id=group_id, now_ms=now, coordinator_epoch=cepoch)
@@ -666,6 +677,7 @@ class GroupService:
         """
         why = "Assignments can only be reset"
         part = self.leading(group_id)
+        await self._settle_empty(part, group_id)
         self._require_inactive(part, group_id, why)
         count = len(self._topics.topic(topic).partitions)
         chosen = sorted(set(partitions)) if partitions is not None else list(range(count))
@@ -701,94 +713,25 @@ class GroupService:
             log.info("group %s: offsets of %s reset to %s on %d partition(s)", group_id, topic, to.to_json(), len(rows))
         return {"group_id": group_id, "topic": topic, "dry_run": not execute, "to": to.to_json(), "offsets": rows}
 
-    # ---- reads --------------------------------------------------------------------------------------
-
-    def _high_watermark(self, topic: str, partition: int) -> int | None:
-        try:
-            meta = self._topics.topic(topic)
-        except BrokerError:
-            return None
-        if not 0 <= partition < len(meta.partitions):
-            return None
-        hw = self._topics.high_watermark(meta, partition)
-        return hw if hw >= 0 else None
-
-    def _view(self, part: GroupPartition, group_id: str) -> GroupMembership | None:
-        """The live membership, or one read off the stored metadata (None: no metadata)."""
-        m = self._live.get(part.partition, {}).get(group_id)
-        meta = part.sm.group(group_id)
-        if m is None and meta is not None:
-            m = GroupMembership.from_metadata(meta, 0)
-        return m
-
-    def _summary(self, part: GroupPartition, group_id: str) -> dict[str, Any]:
-        m = self._view(part, group_id)
-        if m is not None:
-            d = m.describe()
-        else:
-            known = part.sm.committed_offsets(group_id) or part.sm.pending_offsets(group_id)
-            d = {"group_id": group_id, "state": GroupState.EMPTY.display_name if known else DEAD,
-                 "generation_id": 0, "protocol_type": CONSUMER_PROTOCOL_TYPE, "assignment_by": None,
-                 "protocol": None, "leader_id": None, "members": []}  # fmt: skip
-        d["coordinator"] = self.config.node_id
-        d["partition"] = part.partition
-        return d
+    # ---- reads (``GroupViews``) ------------------------------------------------------------------
 
     def describe(self, group_id: str) -> dict[str, Any]:
-        """DescribeGroups plus offsets: state, generation, members with assignments, and per partition
-        (committed or assigned) the committed offset, the log end offset and the lag (``group_admin``).
-
-        A group the coordinator does not know is ``Dead`` with no members, as Kafka's DescribeGroups answers.
-        """
-        part = self.leading(group_id)
-        d = self._summary(part, group_id)
-        assigned = {
-            TopicPartition(a["topic"], a["partition"]): m["member_id"] for m in d["members"] for a in m["assignment"]
-        }
-        d["offsets"] = offset_rows(part.sm.committed_offsets(group_id), assigned, self._high_watermark)
-        d["pending_offsets"] = part.sm.describe_pending(group_id)
-        return d
+        """DescribeGroups plus offsets (``GroupViews.describe``); ``Dead`` for a group the coordinator does not know."""
+        return self.views.describe(self.leading(group_id), group_id)
 
     def kafka_group(self, group_id: str) -> tuple[dict[str, Any], list[KafkaMember]]:
-        """DescribeGroups: the group's summary and its members as Kafka shows them (``Dead`` if unknown)."""
-        part = self.leading(group_id)
-        m = self._view(part, group_id)
-        return self._summary(part, group_id), m.kafka_members() if m is not None else []
+        """Kafka's DescribeGroups: the group's summary and its members as Kafka shows them."""
+        return self.views.kafka_group(self.leading(group_id), group_id)
 
     def local_groups(self) -> list[dict[str, Any]]:
         """Groups of the partitions this node leads (each group is listed by exactly one node)."""
         out = []
         for part in self.groups.local.values():
-            if not part.group.is_leader():
-                continue
-            self._ensure_loaded(part)
-            names = set(part.sm.group_ids()) | set(self._live.get(part.partition, {}))
-            for group_id in sorted(names):
-                d = self._summary(part, group_id)
-                keys = ("group_id", "state", "generation_id", "protocol_type", "protocol", "coordinator")
-                out.append({k: d[k] for k in keys}
-                           | {"members": len(d["members"])})  # fmt: skip
+            if part.group.is_leader():
+                self._ensure_loaded(part)
+                out.extend(self.views.listing(part))
         return out
 
     def sample(self) -> GroupCoordinatorSample:
-        """Members, committed offsets and lag of the groups this node coordinates (scrape time).
-
-        Per-partition series (committed offset, lag) stop at ``metrics_max_lag_series`` for the whole
-        node, in (group, topic, partition) order; the per-group and per-topic sums always cover everything.
-        """
         led = sorted((p for p in self.groups.local.values() if p.group.is_leader()), key=lambda p: p.partition)
-        named = []
-        for part in led:
-            live = self._live.get(part.partition, {})
-            for group_id in part.sm.group_ids():
-                named.append((group_id, part, live.get(group_id)))
-        budget = self.config.metrics_max_lag_series
-        samples = []
-        for group_id, part, m in sorted(named, key=lambda x: x[0]):
-            meta = part.sm.group(group_id)
-            members = len(m.members) if m is not None else len(meta.members) if meta is not None else 0
-            committed = {(c.topic, c.partition): c.offset for c in part.sm.committed_offsets(group_id).values()}
-            sample = GroupSample.from_offsets(group_id, members, committed, self._high_watermark, max_series=budget)
-            budget -= sample.series
-            samples.append(sample)
-        return GroupCoordinatorSample(coordinator_partitions=len(led), groups=samples)
+        return self.views.sample(led)

@@ -551,3 +551,53 @@ def test_aiokafka_consumes_everything_through_a_rebalance(kafka_cluster: LocalCl
 
     asyncio.run(scenario())
     _all_committed(kafka_cluster, group, topic)
+
+
+# ---- coordinator failover (last: it restarts a node of the module's cluster) --------------------------------
+
+
+def test_a_kafka_group_survives_its_coordinators_death(kafka_cluster: LocalCluster) -> None:
+    """The stored generation and offsets move with the coordinator: the members carry on and commit."""
+    from confluent_kafka import TopicPartition
+
+    topic, group = _topic(kafka_cluster), unique("ck-failover")
+    consumers = [_confluent(kafka_cluster.bootstrap_servers, group, topic, []) for _ in range(2)]
+    victim = _http_coordinator(kafka_cluster, "group", group)
+    try:
+        _confluent_settle(consumers, topic)
+        for i, c in enumerate(consumers):
+            c.commit(offsets=[TopicPartition(tp.topic, tp.partition, 10 + i) for tp in c.assignment()],
+                     asynchronous=False)  # fmt: skip
+        committed = {(topic, p): o for (_t, p), o in _http_offsets(kafka_cluster, group).items()}
+        kafka_cluster.kill(victim)
+        alive = next(n for n in (1, 2, 3) if n != victim)
+
+        def new_coordinator() -> int | None:
+            status, body = http("GET", f"{kafka_cluster.url(alive)}/v1/coordinators/group/{group}")
+            return body["node_id"] if status == 200 and body["node_id"] != victim else None
+
+        wait_for(new_coordinator, 30, "a new group coordinator")
+
+        def committed_through_the_new_coordinator() -> bool:
+            _confluent_settle(consumers, topic)
+            for i, c in enumerate(consumers):
+                try:
+                    c.commit(offsets=[TopicPartition(tp.topic, tp.partition, 20 + i) for tp in c.assignment()],
+                             asynchronous=False)  # fmt: skip
+                except Exception:  # the coordinator moves: the members find it and rejoin or carry on
+                    return False
+            return True
+
+        wait_for(committed_through_the_new_coordinator, 60, "commits through the new coordinator", interval=0.2)
+        status, body = http("GET", f"{kafka_cluster.url(alive)}/v1/groups/{group}/offsets")
+        assert status == 200, body
+        now = {(o["topic"], o["partition"]): o["offset"] for o in body["offsets"]}
+        assert sorted(now) == sorted(committed) and set(now.values()) <= {20, 21}
+        status, body = http("GET", f"{kafka_cluster.url(alive)}/v1/groups/{group}")
+        assert status == 200 and body["state"] == "Stable" and len(body["members"]) == 2, body
+    finally:
+        for c in consumers:
+            c.close()
+        if kafka_cluster.procs[victim].poll() is not None:
+            kafka_cluster.start_node(victim)
+            kafka_cluster.wait_ready([victim])
