@@ -497,8 +497,14 @@ class GroupService:
         offsets: tuple[OffsetCommit, ...],
         generation_id: int = NO_GENERATION,
         member_id: str = "",
+        *,
+        verify_only: bool = False,
     ) -> OffsetsCommitted:
-        """TxnOffsetCommit: pending until the transaction's marker reaches this partition."""
+        """TxnOffsetCommit: pending until the transaction's marker reaches this partition.
+
+        ``verify_only``: the classic protocol, whose client puts the offsets partition into the
+        transaction with AddOffsetsToTxn first: INVALID_TXN_STATE if it did not (nothing is added here).
+        """
         part = self.leading(group_id)
 
         def build(now: int, cepoch: int) -> TxnCommitOffsets:
@@ -520,7 +526,8 @@ class GroupService:
         # KIP-890: the offsets partition must be in the producer's ongoing transaction (added if needed),
         # so the transaction's marker is sure to reach these pending offsets.
         await self._txn.verify_partition(transactional_id, producer_id, producer_epoch, OFFSETS_TOPIC,
-                                               part.partition)  # fmt: skip
+                                         part.partition, part.sm.producer(producer_id),
+                                         add=not verify_only)  # fmt: skip
         if pending_previous:
             # Verification returned once the previous transaction completed, i.e. after its marker was
             # applied here (this node leads the offsets partition): the rules hold now, or the answer stands.
@@ -554,13 +561,19 @@ class GroupService:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{OFFSETS_TOPIC} has no partition {partition}")
 
     async def write_txn_marker(
-        self, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int, control: ControlType
-    ) -> TxnMarkerResult:
-        """A transaction's COMMIT/ABORT marker for ``__consumer_offsets-partition``: here, or on its leader."""
+        self, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int, control: ControlType,
+        classic: bool = False,
+    ) -> TxnMarkerResult:  # fmt: skip
+        """A transaction's COMMIT/ABORT marker for ``__consumer_offsets-partition``: here, or on its leader.
+
+        ``classic``: the marker of a classic-protocol transaction (its epoch may be the pending offsets' own).
+        """
         self._check_partition(partition)
         local = self.groups.local.get(partition)
         if local is not None and local.group.is_leader():
-            return await self.write_txn_marker_here(partition, producer_id, producer_epoch, coordinator_epoch, control)
+            return await self.write_txn_marker_here(
+                partition, producer_id, producer_epoch, coordinator_epoch, control, classic
+            )
         leader = self.groups.leader_id(partition)
         if leader is None or leader == self._nodes.node_id:
             raise self.groups.not_coordinator(partition)
@@ -573,13 +586,15 @@ class GroupService:
                 "producer_epoch": producer_epoch,
                 "coordinator_epoch": coordinator_epoch,
                 "control_type": control.name,
+                "classic": classic,
             },
         )
         return TxnMarkerResult(control, None, None, int(body.get("log_append_time", -1)))
 
     async def write_txn_marker_here(
-        self, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int, control: ControlType
-    ) -> TxnMarkerResult:
+        self, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int, control: ControlType,
+        classic: bool = False,
+    ) -> TxnMarkerResult:  # fmt: skip
         self._check_partition(partition)
         part = self.groups.leading(partition)
         stamp = self._clock.now_ms()
@@ -587,7 +602,7 @@ class GroupService:
             part,
             lambda now, cepoch: WriteTxnMarker(
                 producer_id=producer_id, producer_epoch=producer_epoch, txn_coordinator_epoch=coordinator_epoch,
-                commit=control is ControlType.COMMIT, now_ms=now, coordinator_epoch=cepoch,
+                commit=control is ControlType.COMMIT, now_ms=now, coordinator_epoch=cepoch, classic=classic,
             ),
         )  # fmt: skip
         return TxnMarkerResult(control, None, None, stamp)

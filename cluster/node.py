@@ -115,13 +115,15 @@ class MarkerRouter:
 
     async def write_txn_marker(
         self, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
-        control: ControlType,
+        control: ControlType, classic: bool = False,
     ) -> TxnMarkerResult:  # fmt: skip
         partitions, groups = self._bound()
         if topic == OFFSETS_TOPIC:
-            return await groups.write_txn_marker(partition, producer_id, producer_epoch, coordinator_epoch, control)
+            return await groups.write_txn_marker(
+                partition, producer_id, producer_epoch, coordinator_epoch, control, classic
+            )
         return await partitions.write_txn_marker(
-            topic, partition, producer_id, producer_epoch, coordinator_epoch, control
+            topic, partition, producer_id, producer_epoch, coordinator_epoch, control, classic
         )
 
     async def revoke_txn_marker(

@@ -296,8 +296,9 @@ class PartitionService:
             # KIP-890: admit the batch only once the coordinator has this partition in the txn.
             self._metrics.txn_checked_by_coordinator.inc()
             await self._verifier.verify_partition(
-                transactional_id, header.producer_id, header.producer_epoch, p.topic, p.partition
-            )
+                transactional_id, header.producer_id, header.producer_epoch, p.topic, p.partition,
+                rep.log.producer_entry(header.producer_id),
+            )  # fmt: skip
         return None
 
     def _append_command(self, p: ProducePartition, header: BatchHeader, carried: CarriedMarker | None) -> bytes:
@@ -501,10 +502,15 @@ class PartitionService:
 
     async def write_txn_marker(
         self, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
-        control: ControlType,
+        control: ControlType, classic: bool = False,
     ) -> TxnMarkerResult:  # fmt: skip
-        """Write a COMMIT/ABORT marker on the partition's leader (here, or forwarded to it)."""
-        marker = TxnMarkerCommand(producer_id, producer_epoch, coordinator_epoch, control, self._clock.now_ms())
+        """Write a COMMIT/ABORT marker on the partition's leader (here, or forwarded to it).
+
+        ``classic``: the marker of a classic-protocol transaction (storage.commands).
+        """
+        marker = TxnMarkerCommand(
+            producer_id, producer_epoch, coordinator_epoch, control, self._clock.now_ms(), classic
+        )
         result, body = await self._marker_on_leader(topic, partition, marker, revoke=False)
         if body is not None:
             return _marker_result(control, body)
@@ -537,7 +543,7 @@ class PartitionService:
         if rep is not None and rep.group.is_leader():
             command = encode_revoke_marker(marker) if revoke else encode_txn_marker(
                 marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, marker.control_type,
-                marker.timestamp_ms,
+                marker.timestamp_ms, marker.classic,
             )  # fmt: skip
             result = await self._submit(rep, command, self.config.request_timeout_ms / 1000)
             if isinstance(result, BrokerError):
@@ -556,6 +562,8 @@ class PartitionService:
         }
         if revoke:
             body["revoke"] = True
+        if marker.classic:
+            body["classic"] = True
         return None, await self._peers.call(leader, MARKER_PATH, body)
 
     # ---- background -------------------------------------------------------------------------------

@@ -119,9 +119,17 @@ class TopicDirectory(Protocol):
 
 class MarkerWriter(Protocol):
     async def write_txn_marker(
-        self, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
         control: ControlType,
-    ) -> TxnMarkerResult: ...  # fmt: skip
+        classic: bool = False,
+    ) -> TxnMarkerResult:
+        """A COMMIT/ABORT marker on the partition's leader; ``classic``: of a classic-protocol transaction."""
+        ...
 
     async def revoke_txn_marker(
         self, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
@@ -131,9 +139,14 @@ class MarkerWriter(Protocol):
 
 class PartitionVerifier(Protocol):
     async def verify_partition(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
-    ) -> None:
-        """Raise unless the partition is in the producer's ongoing transaction (adding it if needed)."""
+        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int,
+        state: object = None, add: bool = True,
+    ) -> None:  # fmt: skip
+        """Raise unless the partition is in the producer's ongoing transaction (adding it if needed).
+
+        ``state``: the partition's state of the producer (a cached answer counts only for the same object).
+        ``add`` False: verify only, INVALID_TXN_STATE when the partition is not in the transaction.
+        """
         ...
 
 

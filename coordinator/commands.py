@@ -120,7 +120,11 @@ class AddPartitions(_ProducerCommand):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EndTxn(_ProducerCommand):
-    """EndTxn (TV2): PrepareCommit/PrepareAbort with an epoch bump. The candidate covers a rotation.
+    """EndTxn: PrepareCommit/PrepareAbort. The candidate covers a rotation.
+
+    TV2 (``classic`` False): the epoch is bumped and the markers carry the new epoch. ``classic``: the
+    classic protocol of Kafka clients that send EndTxn below version 5 -- no bump; the client keeps its
+    producer id and epoch across transactions and the markers carry that epoch.
 
     Carried markers (docs/carried-markers.md): ``carry`` -- the decision's data partitions get their markers
     from the client's next transaction (tokens). ``settle`` -- the previous transaction's carried markers are
@@ -134,6 +138,7 @@ class EndTxn(_ProducerCommand):
     carry: bool = False
     settle: bool = False
     settled_partitions: tuple[TopicPartition, ...] = ()
+    classic: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

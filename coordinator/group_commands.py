@@ -94,6 +94,7 @@ class WriteTxnMarker(_Stamped):
 
     ``txn_coordinator_epoch`` is the marker's own coordinator epoch (the
     transaction coordinator's term), fenced per producer like a data partition does.
+    ``classic``: the marker of a classic-protocol transaction (no epoch bump at EndTxn).
     """
 
     OP: ClassVar[str] = "write_txn_marker"
@@ -101,6 +102,7 @@ class WriteTxnMarker(_Stamped):
     producer_epoch: int
     txn_coordinator_epoch: int
     commit: bool
+    classic: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -233,4 +235,9 @@ def decode_group_command(raw: bytes) -> GroupsCommand:
     cls = _COMMANDS.get(op) if isinstance(op, str) else None
     if cls is None:
         raise CommandDecodeError(f"unknown group coordinator command {str(raw[:40])!r}")
-    return cls(**{f.name: _CODECS[str(f.type)][1](d, f.name) for f in dataclasses.fields(cls)})
+    # A field added later has a default and may be absent from commands written before it.
+    return cls(**{
+        f.name: _CODECS[str(f.type)][1](d, f.name)
+        for f in dataclasses.fields(cls)
+        if f.name in d or f.default is dataclasses.MISSING
+    })  # fmt: skip

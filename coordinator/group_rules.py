@@ -239,7 +239,9 @@ def txn_commit_offsets(view: OffsetsView, cmd: TxnCommitOffsets, index: int) -> 
     return change
 
 
-def marker_error(fence: ProducerFence | None, producer_epoch: int, txn_coordinator_epoch: int) -> BrokerError | None:
+def marker_error(
+    fence: ProducerFence | None, producer_epoch: int, txn_coordinator_epoch: int, classic: bool = False
+) -> BrokerError | None:
     """The error for a COMMIT/ABORT marker of this producer, or None: a data partition's marker rule
     (``storage.producer_state``), with "a transaction is open" meaning "offsets are pending"."""
     if fence is None:
@@ -251,13 +253,13 @@ def marker_error(fence: ProducerFence | None, producer_epoch: int, txn_coordinat
         current_txn_first_offset=None if fence.open_epoch is None else 0,
     )
     info = ProducerAppendInfo(fence.producer_id, entry, state_may_be_lost=False)
-    return info.validate_marker(producer_epoch, txn_coordinator_epoch)
+    return info.validate_marker(producer_epoch, txn_coordinator_epoch, classic)
 
 
 def write_txn_marker(view: OffsetsView, cmd: WriteTxnMarker, index: int) -> GroupsChange:
     pid = cmd.producer_id
     fence = view.producer(pid)
-    err = marker_error(fence, cmd.producer_epoch, cmd.txn_coordinator_epoch)
+    err = marker_error(fence, cmd.producer_epoch, cmd.txn_coordinator_epoch, cmd.classic)
     if err is not None:
         return GroupsChange(err)
     pendings = sorted(view.pending_of_producer(pid), key=lambda p: p.group_id)

@@ -27,6 +27,10 @@ Terms:
   being written by the coordinator. Until each is *settled* (a receipt, or a
   revoking marker) the transaction cannot complete; a leader that resumes it
   settles them with revoking markers.
+* **classic**: the prepare state was entered by a classic EndTxn (the protocol
+  of Kafka clients below EndTxn version 5): the epoch was not bumped, so the
+  markers carry the epoch of the transaction's own batches and tell the
+  partitions so (``MarkerPlan.classic``).
 
 Values are immutable. Every change of ``state`` goes through
 ``transition_to``, which checks the transition table; there is no other way
@@ -94,6 +98,8 @@ class MarkerPlan:
     partitions: tuple[TopicPartition, ...]
     coordinator_epoch: int
     carried: tuple[TopicPartition, ...] = ()
+    #: markers of a classic EndTxn: their epoch is the one of the transaction they end (no bump)
+    classic: bool = False
 
     @property
     def explicit(self) -> tuple[TopicPartition, ...]:
@@ -119,6 +125,7 @@ class TransactionMetadata:
     next_partitions: frozenset[TopicPartition] = field(default_factory=frozenset)
     next_start_ms: int = -1
     carried: frozenset[TopicPartition] = field(default_factory=frozenset)
+    classic: bool = False
 
     @property
     def epoch_exhausted(self) -> bool:
@@ -169,6 +176,7 @@ class TransactionMetadata:
             partitions=tuple(sorted(self.partitions)),
             coordinator_epoch=self.coordinator_epoch,
             carried=tuple(sorted(self.carried)),
+            classic=self.classic,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -230,6 +238,8 @@ def encode_metadata(meta: TransactionMetadata) -> bytes:
         body["nstart"] = meta.next_start_ms
     if meta.carried:  # absent in records written before carried markers; absent means none
         body["ctps"] = _topics_json(meta.carried)
+    if meta.classic:  # absent means a TV2 (or no) EndTxn
+        body["tv1"] = True
     return encode_record(body, _FORMAT_VERSION)
 
 
@@ -256,6 +266,7 @@ def decode_metadata(raw: bytes, *, where: str) -> TransactionMetadata:
             next_partitions=next_partitions,
             next_start_ms=get_int(d, "nstart") if next_partitions else -1,
             carried=_topics_from_json(d.get("ctps", {})),
+            classic=d.get("tv1") is True,
         )
     except (CommandDecodeError, ValueError, TypeError) as exc:
         raise CoordinatorCorruptionError(f"{where}: malformed transaction metadata: {exc}") from exc

@@ -25,6 +25,8 @@ metadata it is one of (``Identity``):
 
 Answers follow kafka_txn.md §4.3 (TV2 column where it differs). Where TV2
 needs a choice the table does not make, the rule is stated at the function.
+A classic EndTxn (Kafka clients below EndTxn version 5) follows the TV1
+column instead: no bump, the retry comes with the CURRENT identity (``_end_classic``).
 """
 
 from __future__ import annotations
@@ -258,13 +260,15 @@ def _end(
     coordinator_epoch: int,
     candidate: int | None,
     carry: bool = False,
+    classic: bool = False,
 ) -> Outcome:
     """Enter PrepareCommit/PrepareAbort (completing at once when there are no partitions, so no markers).
 
     ``bump`` (every EndTxn under TV2): the markers carry epoch + 1, which fences
     any late write of the ended transaction; the retry identity is recorded. An
     exhausted epoch also rotates the producer id at completion (KIP-890).
-    Without ``bump`` (after a fence, which already bumped) no retry is accepted.
+    Without ``bump`` (after a fence, which already bumped, or a classic EndTxn) no retry identity is
+    recorded. ``classic``: a classic EndTxn, whose markers carry the epoch of the transaction's batches.
     ``carry``: the markers of the data partitions ride on the client's next transaction (tokens,
     docs/carried-markers.md); never with a rotation, since a carried marker is the batch's own producer's.
     """
@@ -293,6 +297,7 @@ def _end(
         prepared=None,
         coordinator_epoch=coordinator_epoch,
         carried=carried or frozenset(),
+        classic=classic,
         **changes,
     )
     markers = new.marker_plan()
@@ -497,12 +502,13 @@ def add_partitions(meta: TransactionMetadata | None, cmd: AddPartitions) -> Outc
 def pipelined_add_allowed(meta: TransactionMetadata, ident: Identity) -> bool:
     """Whether ``ident`` may add partitions for its next transaction while ``meta`` completes.
 
-    Only after an EndTxn (the client was handed the next identity, recorded as
-    a retry identity): a fence's PrepareAbort bumped past every client.
+    Only after an EndTxn (TV2: the client was handed the next identity, recorded as
+    a retry identity; classic: the client keeps its identity): a fence's PrepareAbort
+    bumped past every client.
     """
     return (
         meta.state in PREPARE_STATES
-        and meta.last_producer_epoch != NO_PRODUCER_EPOCH
+        and (meta.last_producer_epoch != NO_PRODUCER_EPOCH or meta.classic)
         and ident in (Identity.CURRENT, Identity.NEXT)
     )
 
@@ -555,6 +561,8 @@ def end_txn(meta: TransactionMetadata | None, cmd: EndTxn) -> Outcome:
         return Outcome(err)
     if meta is None:
         return _fail(ErrorCode.INVALID_PRODUCER_ID_MAPPING, f"unknown transactional id {tid!r}")
+    if cmd.classic:
+        return _end_classic(meta, cmd)
     ident = classify(meta, cmd.producer_id, cmd.producer_epoch)
     if ident in (Identity.CURRENT, Identity.NEXT) and (cmd.settle or cmd.settled_partitions):
         # Carried markers, the fold: the previous transaction's carried markers are settled, so it completes
@@ -579,6 +587,53 @@ def end_txn(meta: TransactionMetadata | None, cmd: EndTxn) -> Outcome:
     if state in (S.ONGOING, S.PREPARED) or (not cmd.commit and state in (S.EMPTY, *COMPLETE_STATES)):
         return _end_requested(meta, cmd)
     return _fail(ErrorCode.INVALID_TXN_STATE, f"cannot commit {tid!r}: no transaction is open ({state})")
+
+
+def _end_classic(meta: TransactionMetadata, cmd: EndTxn) -> Outcome:
+    """EndTxn of the classic protocol (Kafka's TV1 rules; clients below EndTxn version 5).
+
+    The client keeps its producer id and epoch across transactions, so no epoch
+    is bumped and a retry comes with the CURRENT identity:
+
+    * Ongoing, unbound Prepared: PrepareCommit/PrepareAbort, markers at the current epoch;
+    * a prepare state: CONCURRENT_TRANSACTIONS in the same direction (a retry
+      while the markers are written), INVALID_TXN_STATE in the other;
+    * CompleteCommit/CompleteAbort in the same direction: NONE again (a retry
+      whose answer was lost); in the other direction, and in Empty: INVALID_TXN_STATE;
+    * any identity other than CURRENT: PRODUCER_FENCED (a stale epoch, or the
+      previous epoch of a TV2 EndTxn), INVALID_PRODUCER_ID_MAPPING for an unknown
+      producer id; the next identity of a pending rotation: CONCURRENT_TRANSACTIONS.
+    """
+    tid = cmd.transactional_id
+    ident = classify(meta, cmd.producer_id, cmd.producer_epoch)
+    if (bad := _fenced_or_unknown(meta, ident, cmd.producer_id, cmd.producer_epoch)) is not None:
+        return bad
+    state = meta.state
+    if ident is Identity.NEXT:
+        return _fail(ErrorCode.CONCURRENT_TRANSACTIONS, f"{tid!r} is completing ({state}); retry")
+    if ident is not Identity.CURRENT:
+        return _fenced(meta, cmd.producer_id, cmd.producer_epoch)
+    if state in PREPARE_STATES:
+        if _same_direction(state, cmd.commit):
+            return _fail(ErrorCode.CONCURRENT_TRANSACTIONS, f"{tid!r} is completing ({state}); retry")
+        return _fail(ErrorCode.INVALID_TXN_STATE, f"{tid!r} is ending the other way ({state})")
+    if state in COMPLETE_STATES:
+        if _same_direction(state, cmd.commit):
+            return Outcome(EndTxnResult(tid, meta.producer_id, meta.producer_epoch, cmd.commit, True, None))
+        return _fail(ErrorCode.INVALID_TXN_STATE, f"{tid!r} already ended the other way ({state})")
+    if state is S.PREPARED and meta.group_id is not None:
+        return _fail(ErrorCode.INVALID_TXN_STATE, f"{tid!r} is prepared in commit group {meta.group_id!r}")
+    if state not in (S.ONGOING, S.PREPARED):
+        return _fail(ErrorCode.INVALID_TXN_STATE, f"{tid!r} has no open transaction ({state})")
+    return _end(
+        meta,
+        commit=cmd.commit,
+        bump=False,
+        now_ms=cmd.now_ms,
+        coordinator_epoch=cmd.coordinator_epoch,
+        candidate=None,
+        classic=True,
+    )
 
 
 def complete_txn(meta: TransactionMetadata | None, cmd: CompleteTxn) -> Outcome:

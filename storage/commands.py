@@ -12,7 +12,7 @@ Layouts (big-endian)::
                          | producer_expiration_ms i64
     DELETE_RECORDS  0x03 | before_offset i64   (-1 = the high watermark)
     TXN_MARKER      0x04 | producer_id i64 | producer_epoch i16 | coordinator_epoch i32
-                         | control_type u8 (COMMIT 0, ABORT 1) | timestamp_ms i64
+                         | control_type u8 (COMMIT 0, ABORT 1; bit 0x80: classic) | timestamp_ms i64
     CARRIED_APPEND  0x05 | the TXN_MARKER fields | record batch
     REVOKE_MARKER   0x06 | the TXN_MARKER fields
 
@@ -22,6 +22,11 @@ CARRIED_APPEND is a marker and the producer's next transactional batch in one
 entry (its ``timestamp_ms`` is also the batch's log append time); REVOKE_MARKER
 is a marker that also revokes the reservation of its epoch here
 (docs/carried-markers.md).
+
+A *classic* marker (bit 0x80 of the control type byte; Kafka's WriteTxnMarkers
+with transaction version 1) ends a transaction of the classic protocol, whose
+coordinator does not bump the epoch at EndTxn: its epoch may equal the one of
+the open transaction it closes (``storage.producer_state``, "Markers").
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ _RETENTION = struct.Struct(">qqqq")
 _TXN_MARKER = struct.Struct(">qhiBq")
 _MAX_EPOCH = 2**15 - 1
 _MAX_COORDINATOR_EPOCH = 2**31 - 1
+_CLASSIC = 0x80
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +173,7 @@ class TxnMarkerCommand:
     coordinator_epoch: int
     control_type: ControlType
     timestamp_ms: int
+    classic: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,12 +225,16 @@ def encode_txn_marker(
     coordinator_epoch: int,
     control_type: ControlType,
     timestamp_ms: int,
+    classic: bool = False,
 ) -> bytes:
     """TXN_MARKER: end ``producer_id``'s transaction here; ``timestamp_ms`` is the leader's clock.
 
+    ``classic``: the marker of a classic-protocol transaction (its epoch may be the transaction's own).
     Raises ``ValueError`` for fields no partition could accept (the caller's bug).
     """
-    cmd = TxnMarkerCommand(producer_id, producer_epoch, coordinator_epoch, ControlType(control_type), timestamp_ms)
+    cmd = TxnMarkerCommand(
+        producer_id, producer_epoch, coordinator_epoch, ControlType(control_type), timestamp_ms, classic
+    )
     return _encode_marker(CommandType.TXN_MARKER, cmd)
 
 
@@ -244,8 +255,11 @@ def _encode_marker(kind: CommandType, cmd: TxnMarkerCommand) -> bytes:
     problem = _marker_problem(cmd)
     if problem is not None:
         raise ValueError(problem)
+    if cmd.classic and kind is not CommandType.TXN_MARKER:
+        raise ValueError("only a TXN_MARKER may be classic (carried markers are TV2's)")
+    control = int(cmd.control_type) | (_CLASSIC if cmd.classic else 0)
     return bytes((kind,)) + _TXN_MARKER.pack(
-        cmd.producer_id, cmd.producer_epoch, cmd.coordinator_epoch, int(cmd.control_type), cmd.timestamp_ms
+        cmd.producer_id, cmd.producer_epoch, cmd.coordinator_epoch, control, cmd.timestamp_ms
     )
 
 
@@ -259,15 +273,18 @@ def _marker_problem(cmd: TxnMarkerCommand) -> str | None:
     return None
 
 
-def _decode_txn_marker(mv: memoryview, *, exact: bool = True) -> TxnMarkerCommand:
+def _decode_txn_marker(mv: memoryview, *, exact: bool = True, classic_allowed: bool = False) -> TxnMarkerCommand:
     if len(mv) < 1 + _TXN_MARKER.size or (exact and len(mv) != 1 + _TXN_MARKER.size):
         raise BrokerError(ErrorCode.INVALID_REQUEST, "bad TXN_MARKER command length")
     pid, epoch, coordinator_epoch, ctype, ts = _TXN_MARKER.unpack_from(mv, 1)
+    classic = bool(ctype & _CLASSIC)
+    if classic and not classic_allowed:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "only a TXN_MARKER may be classic")
     try:
-        control_type = ControlType(ctype)
+        control_type = ControlType(ctype & ~_CLASSIC)
     except ValueError as exc:
         raise BrokerError(ErrorCode.INVALID_REQUEST, f"unknown control type {ctype}") from exc
-    cmd = TxnMarkerCommand(pid, epoch, coordinator_epoch, control_type, ts)
+    cmd = TxnMarkerCommand(pid, epoch, coordinator_epoch, control_type, ts, classic)
     problem = _marker_problem(cmd)
     if problem is not None:
         raise BrokerError(ErrorCode.INVALID_REQUEST, f"TXN_MARKER: {problem}")
@@ -295,7 +312,7 @@ def decode_command(command: bytes) -> Command:
                 raise BrokerError(ErrorCode.INVALID_REQUEST, "bad DELETE_RECORDS command length")
             return DeleteRecordsCommand(_I64.unpack_from(mv, 1)[0])
         if kind == CommandType.TXN_MARKER:
-            return _decode_txn_marker(mv)
+            return _decode_txn_marker(mv, classic_allowed=True)
         if kind == CommandType.CARRIED_APPEND:
             return CarriedAppendCommand(_decode_txn_marker(mv, exact=False), mv[1 + _TXN_MARKER.size :])
         if kind == CommandType.REVOKE_MARKER:

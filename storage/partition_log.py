@@ -406,7 +406,7 @@ class PartitionLog:
         if revoke and info.current is not None and info.current.txn_open_at(cmd.producer_epoch):
             self._record_index(index)
             return RevokeResult(used=True, marker=None)
-        err = info.validate_marker(cmd.producer_epoch, cmd.coordinator_epoch)
+        err = info.validate_marker(cmd.producer_epoch, cmd.coordinator_epoch, cmd.classic)
         if err is not None:
             return self._reject(index, err)
         outcome = (info.revoke if revoke else info.end_txn)(cmd.producer_epoch, cmd.coordinator_epoch, cmd.timestamp_ms)

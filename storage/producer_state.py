@@ -50,7 +50,10 @@ Markers (WriteTxnMarkers, §4.3, TV2 semantics as §12 recommends):
 * producer epoch lower than the entry's, or equal while a transaction is
   open: ``INVALID_PRODUCER_EPOCH`` (TV2 markers carry the epoch bumped at
   EndTxn, so only a stale marker can carry the data's epoch; an equal epoch
-  with no open transaction is an idempotent retry and succeeds);
+  with no open transaction is an idempotent retry and succeeds). A classic
+  marker (transaction version 1: the coordinator does not bump at EndTxn)
+  carries the open transaction's own epoch, so equal is accepted for it, as
+  Kafka does for TV1;
 * otherwise the marker closes the open transaction (if any), its epoch becomes
   the pid's epoch (a higher one drops the retained batches, rule 3) and its
   coordinator epoch is recorded. A marker for an unknown pid creates the
@@ -297,8 +300,11 @@ class ProducerAppendInfo:
         """The info to validate the carried batch with, once its marker made ``entry``."""
         return replace(self, current=entry)
 
-    def validate_marker(self, producer_epoch: int, coordinator_epoch: int) -> BrokerError | None:
-        """The error for a COMMIT/ABORT marker (see "Markers" in the module docstring), or None."""
+    def validate_marker(self, producer_epoch: int, coordinator_epoch: int, classic: bool = False) -> BrokerError | None:
+        """The error for a COMMIT/ABORT marker (see "Markers" in the module docstring), or None.
+
+        ``classic``: a marker of the classic protocol, whose epoch may be the open transaction's.
+        """
         cur = self.current
         if cur is None:
             return None
@@ -314,7 +320,7 @@ class ProducerAppendInfo:
                 ErrorCode.INVALID_PRODUCER_EPOCH,
                 f"producer {pid}: marker epoch {producer_epoch} is older than the current epoch {cur.producer_epoch}",
             )
-        if producer_epoch == cur.producer_epoch and cur.current_txn_first_offset is not None:
+        if producer_epoch == cur.producer_epoch and cur.current_txn_first_offset is not None and not classic:
             return BrokerError(
                 ErrorCode.INVALID_PRODUCER_EPOCH,
                 f"producer {pid}: a marker must carry an epoch above the open transaction's "

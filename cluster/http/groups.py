@@ -373,6 +373,7 @@ class GroupRoutes:
             epoch,
             parsing.get_int(body, "coordinator_epoch", lo=0),
             control,
+            body.get("classic") is True,
         )
         return web.json_response({"log_append_time": result.log_append_time})
 

@@ -377,7 +377,7 @@ class TxnRoutes:
                 return web.json_response(out)
             result = revoked.marker
         else:
-            result = await self.s.markers.write_txn_marker(*args)
+            result = await self.s.markers.write_txn_marker(*args, classic=body.get("classic") is True)
         out.update(offset=result.offset, txn_first_offset=result.txn_first_offset,
                    log_append_time=result.log_append_time)  # fmt: skip
         return web.json_response(out)
@@ -390,7 +390,7 @@ class TxnRoutes:
         assert topic is not None
         pid, epoch = parsing.producer_identity(body)
         partition = parsing.get_int(body, "partition", lo=0, hi=2**31 - 1)
-        await self.txn.verify_here(tid, pid, epoch, topic, partition)
+        await self.txn.verify_here(tid, pid, epoch, topic, partition, add=body.get("verify_only") is not True)
         return web.json_response({"ok": True})
 
     def _member(self, body: dict[str, Any]) -> GroupMember:

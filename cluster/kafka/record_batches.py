@@ -26,9 +26,11 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 
 from clients.protocol import (
     BrokerError,
+    ControlType,
     ErrorCode,
     Record,
     StoredBatch,
+    control_type_of,
     decode_records,
     encode_batch,
 )
@@ -44,6 +46,12 @@ _KNOWN_CODECS = (0, 1, 2, 3, 4)  # none, gzip, snappy, lz4, zstd
 _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 _NO_LIMIT = 2**31 - 1
+#: A control record's key in Kafka: version 0, then the type (Kafka's ControlRecordType: ABORT 0, COMMIT 1).
+_KAFKA_CONTROL_KEY: dict[ControlType | None, bytes] = {
+    ControlType.ABORT: struct.pack(">hh", 0, 0),
+    ControlType.COMMIT: struct.pack(">hh", 0, 1),
+    None: struct.pack(">hh", 0, -1),  # a type txbroker does not know: one Kafka does not know either (ignored)
+}
 
 
 def _corrupt(why: str) -> BrokerError:
@@ -79,11 +87,13 @@ def kafka_to_txbroker(data: bytes) -> bytes:
             records.append(
                 Record(value=_bytes(r.value), key=_bytes(r.key), headers=headers, timestamp=int(r.timestamp))
             )
-    except (CorruptRecordError, UnicodeDecodeError, ValueError, IndexError, struct.error) as exc:
-        raise _corrupt(f"records do not decode: {exc}") from exc
+    except BrokerError:
+        raise
     except UnsupportedCodecError as exc:
         raise BrokerError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, str(exc)) from exc
-    except OSError as exc:  # gzip and friends report damaged streams as OSError/EOFError
+    except (CorruptRecordError, UnicodeDecodeError, ValueError, IndexError, struct.error) as exc:
+        raise _corrupt(f"records do not decode: {exc}") from exc
+    except Exception as exc:  # each decompressor reports a damaged stream its own way (OSError, ZstdError, ...)
         raise _corrupt(f"compressed records do not decompress: {exc}") from exc
     if len(records) != count:
         raise _corrupt(f"{len(records)} records decoded, {count} declared")
@@ -106,7 +116,10 @@ def stored_to_kafka(batch: StoredBatch) -> bytes:
         producer_epoch=h.producer_epoch, base_sequence=h.base_sequence, batch_size=_NO_LIMIT,
     )  # fmt: skip
     for i, r in enumerate(decode_records(batch.data)):
-        builder.append(i, r.timestamp, r.key, r.value, list(r.headers))
+        key = r.key
+        if h.is_control:  # Kafka numbers the marker types the other way round: ABORT 0, COMMIT 1
+            key = _KAFKA_CONTROL_KEY[control_type_of(batch.data)]
+        builder.append(i, r.timestamp, key, r.value, list(r.headers))
     buf = builder.build()
     struct.pack_into(">q", buf, 0, batch.base_offset)
     struct.pack_into(">i", buf, _LENGTH_END, -1)  # partitionLeaderEpoch: not tracked

@@ -125,12 +125,11 @@ class KafkaServer:
         self._connections.add(task)
         self._metrics.connections.inc()
         conn = self._new_connection(writer)
-        pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(
-            self._config.kafka_max_inflight_per_connection
-        )
-        responder = asyncio.create_task(self._respond(pending, writer))
+        pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue()
+        slots = asyncio.Semaphore(self._config.kafka_max_inflight_per_connection)
+        responder = asyncio.create_task(self._respond(pending, slots, writer))
         try:
-            await self._read_requests(reader, conn, pending)
+            await self._read_requests(reader, conn, pending, slots)
         except (_Close, asyncio.IncompleteReadError, ConnectionError, TimeoutError, ssl.SSLError) as exc:
             log.debug("kafka connection from %s closed: %s", conn.peer_host, exc)
         finally:
@@ -150,10 +149,13 @@ class KafkaServer:
         reader: asyncio.StreamReader,
         conn: Connection,
         pending: asyncio.Queue[asyncio.Task[bytes | None] | None],
+        slots: asyncio.Semaphore,
     ) -> None:
+        """Read frames and start their handlers, at most ``slots`` unanswered at a time (then stop reading)."""
         idle_s = self._config.kafka_connections_max_idle_ms / 1000
         max_frame = self._config.kafka_max_frame_bytes
         while True:
+            await slots.acquire()  # released by the responder once the request is answered
             try:
                 head = await asyncio.wait_for(reader.readexactly(4), idle_s)
             except asyncio.IncompleteReadError as exc:
@@ -173,7 +175,9 @@ class KafkaServer:
                 await pending.put(asyncio.create_task(_ready(answer)))
                 continue
             if api is None or not api.serves(version):
-                self._metrics.requests.labels(str(api_key), str(version), "unsupported").inc()
+                # Bounded labels: an unknown key is "unknown", a known API's unserved version "unsupported".
+                name = api.name if api is not None else "unknown"
+                self._metrics.requests.labels(name, "unsupported", "unsupported").inc()
                 raise _Close(f"api key {api_key} version {version} is not served")
             if api.authenticated and not conn.authenticated:
                 self._metrics.requests.labels(api.name, str(version), "unauthenticated").inc()
@@ -181,7 +185,10 @@ class KafkaServer:
             await pending.put(asyncio.create_task(self._handle(api, version, correlation_id, frame, conn)))
 
     async def _respond(
-        self, pending: asyncio.Queue[asyncio.Task[bytes | None] | None], writer: asyncio.StreamWriter
+        self,
+        pending: asyncio.Queue[asyncio.Task[bytes | None] | None],
+        slots: asyncio.Semaphore,
+        writer: asyncio.StreamWriter,
     ) -> None:
         while True:
             task = await pending.get()
@@ -192,6 +199,8 @@ class KafkaServer:
             except _Close:
                 writer.close()  # the reader sees the end of the stream and stops
                 return
+            finally:
+                slots.release()
             if answer is None:
                 continue  # Produce with acks=0: Kafka sends no response
             writer.write(answer)

@@ -258,6 +258,7 @@ class TransactionCoordinator:
         *,
         wait_for_completion: bool = False,
         receipts: dict[TopicPartition, bytes] | None = None,
+        classic: bool = False,
     ) -> EndTxnAnswer:
         """EndTxn: answers once PrepareCommit/PrepareAbort is durable; the markers follow in the background.
 
@@ -273,10 +274,13 @@ class TransactionCoordinator:
         partitions are then carried by the client's next transaction (the answer has their tokens), and
         the previous transaction's carried markers are settled here and completed in the same write
         (docs/carried-markers.md).
+
+        ``classic``: the classic protocol of Kafka clients (EndTxn below version 5): no epoch bump, the
+        client keeps its producer id and epoch, and the markers carry that epoch (no carried markers).
         """
         part = self.leading(transactional_id)
         before = part.sm.get(transactional_id)
-        carry = receipts is not None and self._config.txn_carried_markers and not wait_for_completion
+        carry = receipts is not None and self._config.txn_carried_markers and not wait_for_completion and not classic
         settle, settled = False, self._valid_receipts(transactional_id, producer_id, producer_epoch, receipts or {})
         pending = before.marker_plan() if before is not None else None
         folds = carry and before is not None and carries_reservation(before, producer_id, producer_epoch)
@@ -302,6 +306,7 @@ class TransactionCoordinator:
                 carry=carry,
                 settle=settle,
                 settled_partitions=tuple(sorted(settled)),
+                classic=classic,
             )
         finally:
             if settle and pending is not None:
@@ -407,14 +412,18 @@ class TransactionCoordinator:
         return await self._commit_groups.resolve_prepared(member, group_id, commit)
 
     async def verify_partition(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
-    ) -> None:
-        await self._verification.verify_partition(transactional_id, producer_id, producer_epoch, topic, partition)
+        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int,
+        state: object = None, add: bool = True,
+    ) -> None:  # fmt: skip
+        await self._verification.verify_partition(
+            transactional_id, producer_id, producer_epoch, topic, partition, state, add
+        )
 
     async def verify_here(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
-    ) -> None:
-        await self._verification.verify_here(transactional_id, producer_id, producer_epoch, topic, partition)
+        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int,
+        add: bool = True,
+    ) -> None:  # fmt: skip
+        await self._verification.verify_here(transactional_id, producer_id, producer_epoch, topic, partition, add)
 
     # ---- timeouts and expiry --------------------------------------------------------------------
 

@@ -410,7 +410,7 @@ class MarkerDriver:
         async def one(tp: TopicPartition) -> bool:
             async def send() -> bool:
                 await self.attempt(tp, lambda: self._markers.write_txn_marker(
-                    tp.topic, tp.partition, plan.producer_id, plan.producer_epoch, term, control
+                    tp.topic, tp.partition, plan.producer_id, plan.producer_epoch, term, control, plan.classic
                 ), "marker")  # fmt: skip
                 self._metrics.txn_marker_written(tp.topic, plan.commit)
                 return True

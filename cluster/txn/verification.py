@@ -4,8 +4,13 @@ A partition leader about to append a producer's first batch of a transaction
 asks the transaction coordinator (here, or over a signed internal call)
 whether the partition is in the producer's ongoing transaction; the first
 such produce adds it (TV2's implicit AddPartitions). Answers are cached per
-(id, pid, epoch, partition), and the batches sent behind a transaction's
-first batch share its verification instead of each asking the coordinator.
+(id, pid, epoch, partition) together with the partition's state of the
+producer when it asked, and the batches sent behind a transaction's first
+batch share its verification instead of each asking the coordinator. The
+state makes a cached answer last one transaction: under TV2 every transaction
+has an epoch of its own, but a producer of the classic protocol keeps its
+epoch across transactions, and a zombie of it must not open a transaction on
+a partition verified for an earlier one.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ __all__ = ["VERIFY_PATH", "PartitionVerification"]
 VERIFY_PATH = "/v1/internal/txn/verify"
 _VERIFIED_CACHE = 100_000
 
-_Key = tuple[str, int, int, str, int]  # transactional id, producer id, epoch, topic, partition
+_Key = tuple[str, int, int, str, int, bool]  # transactional id, producer id, epoch, topic, partition, add
 
 
 class PartitionVerification:
@@ -35,15 +40,21 @@ class PartitionVerification:
         self._state = state
         self._driver = driver
         self._adder = adder
-        self._verified: OrderedDict[_Key, None] = OrderedDict()
+        self._verified: OrderedDict[_Key, object] = OrderedDict()
         self._verifying: dict[_Key, asyncio.Future[None]] = {}
 
     async def verify_partition(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
-    ) -> None:
-        """Raise unless (topic, partition) is in the producer's ongoing transaction; adds it if needed."""
-        key = (transactional_id, producer_id, producer_epoch, topic, partition)
-        if key in self._verified:
+        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int,
+        state: object = None, add: bool = True,
+    ) -> None:  # fmt: skip
+        """Raise unless (topic, partition) is in the producer's ongoing transaction; adds it if needed.
+
+        ``state``: the partition's (immutable) state of this producer, replaced whenever a transaction ends
+        there; a cached answer counts only while it is the same object. ``add`` False: verify only (KIP-890
+        part 1 for the classic protocol, whose client adds explicitly): INVALID_TXN_STATE when it is not there.
+        """
+        key = (transactional_id, producer_id, producer_epoch, topic, partition, add)
+        if key in self._verified and self._verified[key] is state:
             self._verified.move_to_end(key)
             return
         pending = self._verifying.get(key)
@@ -55,11 +66,13 @@ class PartitionVerification:
                 if not pending.cancelled():
                     raise  # we were cancelled
             # The request that was verifying went away before an answer: verify for ourselves.
-            return await self.verify_partition(transactional_id, producer_id, producer_epoch, topic, partition)
+            return await self.verify_partition(
+                transactional_id, producer_id, producer_epoch, topic, partition, state, add
+            )
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._verifying[key] = fut
         try:
-            await self._verify(key)
+            await self._verify(key, state)
         except asyncio.CancelledError:
             fut.cancel()
             raise
@@ -72,26 +85,30 @@ class PartitionVerification:
         finally:
             del self._verifying[key]
 
-    async def _verify(self, key: _Key) -> None:
-        transactional_id, producer_id, producer_epoch, topic, partition = key
+    async def _verify(self, key: _Key, state: object) -> None:
+        transactional_id, producer_id, producer_epoch, topic, partition, add = key
         if self._state.leading_local(transactional_id) is not None:
-            await self.verify_here(transactional_id, producer_id, producer_epoch, topic, partition)
+            await self.verify_here(transactional_id, producer_id, producer_epoch, topic, partition, add)
         else:
-            body = {
+            body: dict[str, object] = {
                 "transactional_id": transactional_id,
                 "producer_id": producer_id,
                 "producer_epoch": producer_epoch,
                 "topic": topic,
                 "partition": partition,
             }
+            if not add:
+                body["verify_only"] = True
             await self._state.remote(transactional_id, VERIFY_PATH, body)
-        self._verified[key] = None
+        self._verified[key] = state
+        self._verified.move_to_end(key)
         if len(self._verified) > _VERIFIED_CACHE:
             self._verified.popitem(last=False)
 
     async def verify_here(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
-    ) -> None:
+        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int,
+        add: bool = True,
+    ) -> None:  # fmt: skip
         """The coordinator's half of ``verify_partition`` (this node leads the id's partition).
 
         The implicit add of the next transaction's first produce to a partition
@@ -99,12 +116,14 @@ class PartitionVerification:
         answer waits for the previous transaction's marker on that partition
         (``PartitionAdder.add_ahead``). If it is still owed when the wait ends,
         the answer is CONCURRENT_TRANSACTIONS (the partition leader hands it to
-        the producer, which retries).
+        the producer, which retries). ``add`` False adds nothing: INVALID_TXN_STATE unless an add under
+        way or done includes the partition.
         """
         part = self._state.leading(transactional_id)
         tp = TopicPartition(topic, partition)
         ident = (transactional_id, producer_id, producer_epoch)
-        self._adder.hints.written(transactional_id, producer_id, producer_epoch, tp)
+        if add:
+            self._adder.hints.written(transactional_id, producer_id, producer_epoch, tp)
         while True:
             err = part.sm.partition_in_txn(transactional_id, producer_id, producer_epoch, topic, partition)
             if err is None:
@@ -117,6 +136,8 @@ class PartitionVerification:
                 raise err
             joined = self._adder.in_flight.covering(ident, tp)
             if joined is None:
+                if not add:
+                    raise err
                 break
             await asyncio.shield(joined)  # an add under way includes tp: look again once it is applied
         hinted = self._adder.hints.for_first_add(part.sm.get(transactional_id), tp)

@@ -25,8 +25,11 @@ RELAY = "/v1/internal/relay"
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[NamespacedCluster]:
-    # Leaders move to their preferred replicas quickly, so every node leads one partition.
-    with NamespacedCluster(tmp_path, 3, leader_balance_interval_s=1.0, leader_balance_hold_s=1.0) as c:
+    # Leaders move to their preferred replicas quickly, so every node leads one partition; a call into the cut
+    # gives up after 10 s (the request timeout).
+    with NamespacedCluster(
+        tmp_path, 3, leader_balance_interval_s=1.0, leader_balance_hold_s=1.0, request_timeout_ms=10_000
+    ) as c:
         c.start()
         status, res = http("POST", c.url(1) + "/v1/topics", {"name": TOPIC, "partitions": 3, "replication_factor": 3})
         assert status == 201, res

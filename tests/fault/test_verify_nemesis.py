@@ -38,8 +38,8 @@ def test_a_fault_campaign_finds_no_anomaly_and_the_majority_keeps_committing(tmp
     history = tmp_path / "nemesis.jsonl"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     res = subprocess.run(
-        [sys.executable, "-m", "cluster", "verify", "--nemesis", "--duration", "64",
-         "--faults", ",".join(FAULTS), "--fault-seconds", "6", "--quiet-seconds", "4", "--seed", "11",
+        [sys.executable, "-m", "cluster", "verify", "--nemesis", "--duration", "44",
+         "--faults", ",".join(FAULTS), "--fault-seconds", "4", "--quiet-seconds", "3", "--seed", "11",
          "--record", str(history), "--json", "--max-commit-gap", "5"],
         capture_output=True, text=True, timeout=900, env=env, cwd=REPO,
     )  # fmt: skip

@@ -74,7 +74,14 @@ class Partitions:
         return self.leader
 
     async def write_txn_marker(
-        self, topic: str, partition: int, pid: int, epoch: int, cepoch: int, control: ControlType
+        self,
+        topic: str,
+        partition: int,
+        pid: int,
+        epoch: int,
+        cepoch: int,
+        control: ControlType,
+        classic: bool = False,
     ) -> None:
         target = self.leader
         self.sent.append((target, now()))

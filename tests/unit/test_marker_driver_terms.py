@@ -63,7 +63,14 @@ class BlockedMarkers:
         self.epochs: list[int] = []
 
     async def write_txn_marker(
-        self, topic: str, partition: int, pid: int, epoch: int, cepoch: int, control: ControlType
+        self,
+        topic: str,
+        partition: int,
+        pid: int,
+        epoch: int,
+        cepoch: int,
+        control: ControlType,
+        classic: bool = False,
     ) -> None:
         self.epochs.append(cepoch)
         await self.release.wait()
