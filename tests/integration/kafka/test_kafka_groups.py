@@ -553,6 +553,39 @@ def test_aiokafka_consumes_everything_through_a_rebalance(kafka_cluster: LocalCl
     _all_committed(kafka_cluster, group, topic)
 
 
+# ---- transactional offsets: OffsetFetch require_stable (KIP-447) ----------------------------------------------
+
+
+def test_offset_fetch_require_stable_waits_for_the_transactions_marker(kafka_cluster: LocalCluster) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
+
+    topic, group, tid = _topic(kafka_cluster, 1), unique("stable-group"), unique("stable-txn")
+    coordinator = _http_coordinator(kafka_cluster, "group", group)
+    consumer = Consumer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "group.id": group})
+    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "transactional.id": tid})
+
+    def fetch(stable: bool) -> tuple[int, int]:
+        T = OffsetFetchRequest.OffsetFetchRequestTopic
+        req = OffsetFetchRequest[7](group_id=group, topics=[T(name=topic, partition_indexes=[0])],
+                                    require_stable=stable)  # fmt: skip
+        p = _raw(kafka_cluster, coordinator, req, OffsetFetchResponse, 7).topics[0].partitions[0]
+        return p.committed_offset, p.error_code
+
+    try:
+        producer.init_transactions(20)
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, 17)], consumer.consumer_group_metadata(), 20)
+        # pending: invisible, and UNSTABLE_OFFSET_COMMIT (88) for a consumer that requires stable offsets
+        assert fetch(False) == (-1, 0)
+        assert fetch(True) == (-1, 88)
+        producer.commit_transaction(20)
+        wait_for(lambda: fetch(True) == (17, 0), 20, "the committed offset to be stable")
+        assert _http_offsets(kafka_cluster, group) == {(topic, 0): 17}
+    finally:
+        consumer.close()
+
+
 # ---- coordinator failover (last: it restarts a node of the module's cluster) --------------------------------
 
 
