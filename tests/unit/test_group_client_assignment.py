@@ -10,9 +10,13 @@ A group is server-assigned (HTTP) or client-assigned (Kafka), never both.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from clients.protocol import BrokerError, ErrorCode
 from coordinator import group_rules
@@ -354,3 +358,86 @@ def test_offset_delete_spares_subscribed_topics_and_needs_a_known_group() -> Non
     unknown = group_rules.delete_offsets(_OffsetsView(None, set()), cmd)
     assert code(unknown.result) is ErrorCode.GROUP_ID_NOT_FOUND and not unknown.committed
     assert decode_group_command(encode_group_command(cmd)) == cmd
+
+
+# ---- a model: random joins, syncs, heartbeats, leaves and clock steps ------------------------------------------
+
+
+class ClientGroupModel(RuleBasedStateMachine):
+    """Kafka's invariants for a client-assigned group: generations only grow, every answer is of the current
+    generation, a Stable group's members all hold the leader's assignment, and nothing is answered twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.g = Group()
+        self.ids = itertools.count()
+        self.generation = 0
+        self.storing: AssignmentPlan | None = None
+
+    @rule()
+    def join_new(self) -> None:
+        assert self.g.join(f"m{next(self.ids)}", kafka(), new=True) is None
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.g.m.members)
+    def rejoin(self, data: st.DataObject) -> None:
+        result = self.g.join(data.draw(st.sampled_from(sorted(self.g.m.members))), kafka())
+        assert result is None or (isinstance(result, JoinAnswer) and result.generation_id == self.generation)
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.g.m.members)
+    def sync(self, data: st.DataObject) -> None:
+        mid = data.draw(st.sampled_from(sorted(self.g.m.members)))
+        out = self.g.sync(mid, self.generation, {m: m.encode() for m in self.g.m.members})
+        if isinstance(out, AssignmentPlan):
+            assert self.storing is None and mid == self.g.m.leader_id
+            self.storing = out
+        elif isinstance(out, SyncAnswer):
+            assert self.g.m.state is GroupState.STABLE and out.generation_id == self.generation
+        elif out is not None:
+            assert code(out) in (ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION)
+
+    @rule()
+    @precondition(lambda self: self.storing is not None)
+    def store(self) -> None:
+        assert self.storing is not None
+        plan, self.storing = self.storing, None
+        if self.g.stored is None or self.g.stored.generation_id != plan.generation_id:
+            self.g.m.assignment_failed(self.g.now)
+            return
+        answers = self.g.store(plan)
+        assert all(a.generation_id == self.generation for a in answers.values())
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.g.m.members)
+    def leave(self, data: st.DataObject) -> None:
+        assert self.g.m.leave(data.draw(st.sampled_from(sorted(self.g.m.members))), self.g.now) is None
+
+    @rule(ms=st.integers(0, 2 * SESSION))
+    def advance(self, ms: int) -> None:
+        self.g.now += ms
+        self.g.m.tick(self.g.now, {"t": 4})
+
+    @rule()
+    @precondition(lambda self: self.g.m.ready(self.g.now) and self.storing is None)
+    def complete(self) -> None:
+        answers = self.g.complete()
+        self.generation += 1
+        assert all(a.generation_id == self.generation for a in answers.values())
+        leaders = [a for a in answers.values() if a.member_metadata]
+        assert len(leaders) <= 1 and all(a.member_id == a.leader_id for a in leaders)
+
+    @invariant()
+    def consistent(self) -> None:
+        m = self.g.m
+        assert m.generation_id == self.generation
+        if m.state is GroupState.EMPTY:
+            assert not m.members
+        if m.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            assert m.members and m.leader_id in m.members and m.protocol == "range"
+        if m.state is GroupState.STABLE:
+            assert all(x.meta.assignment_data == mid.encode() for mid, x in m.members.items())
+
+
+TestClientGroupModel = ClientGroupModel.TestCase
+TestClientGroupModel.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)
