@@ -325,16 +325,17 @@ class GroupService:
         """SyncGroup: the member's assignment; the leader's carries everyone's, stored before anyone is answered."""
         part = self.leading(group_id)
         m = self._membership(part, group_id, member_id)
-        outcome = m.sync(member_id, generation_id, assignments, self._clock.now_ms())
-        if isinstance(outcome, BrokerError):
-            raise outcome
-        if (protocol_type is not None and protocol_type != (m.protocol_type or "consumer")) or (
+        mismatch = (protocol_type is not None and protocol_type != m.protocol_type) or (
             protocol is not None and protocol != m.protocol
-        ):
+        )
+        if mismatch and member_id in m.members and generation_id == m.generation_id:  # Kafka checks identity first
             raise BrokerError(
                 ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
                 f"the group's protocol is {m.protocol_type!r}/{m.protocol!r}, not {protocol_type!r}/{protocol!r}",
             )
+        outcome = m.sync(member_id, generation_id, assignments, self._clock.now_ms())
+        if isinstance(outcome, BrokerError):
+            raise outcome
         if isinstance(outcome, SyncAnswer):
             return outcome
         fut = self._syncs.add(group_id, member_id)
