@@ -36,9 +36,14 @@ AUTO_COMMIT_MS = 200
 
 
 def _topic(cluster: LocalCluster, partitions: int = PARTITIONS) -> str:
+    """A new topic every live node knows with its leaders: a group leader assigns only the partitions its
+    client's metadata shows, and that metadata may come from any node."""
     name = unique("grp")
     cluster.create_topic(name, partitions=partitions)
     cluster.wait_leaders(name, partitions)
+    live = [n for n, proc in cluster.procs.items() if proc.poll() is None]
+    wait_for(lambda: all(cluster.leader(name, p, via=n) for n in live for p in range(partitions)), 30,
+             f"every node to know {name}'s leaders")  # fmt: skip
     return name
 
 
