@@ -38,10 +38,14 @@ def describe_node(node_id: int) -> AdminCall[dict[str, Any]]:
     return AdminCall("GET", f"/v1/nodes/{_node_id(node_id)}", None, _dict)
 
 
-def register_node(host: str, http_port: int, raft_port: int, node_id: int | None) -> AdminCall[dict[str, Any]]:
+def register_node(
+    host: str, http_port: int, raft_port: int, node_id: int | None, kafka_port: int | None = None
+) -> AdminCall[dict[str, Any]]:
     body: dict[str, Any] = {"host": host, "http_port": http_port, "raft_port": raft_port}
     if node_id is not None:
         body["node_id"] = _node_id(node_id)
+    if kafka_port is not None:
+        body["kafka_port"] = kafka_port
     return AdminCall("POST", "/v1/nodes", body, _dict)
 
 

@@ -221,9 +221,12 @@ class Admin:
     def describe_node(self, node_id: int) -> dict[str, Any]:
         return self._run(cluster_calls.describe_node(node_id))
 
-    def register_node(self, host: str, http_port: int, raft_port: int, node_id: int | None = None) -> dict[str, Any]:
-        """Register a node with the controller (what ``txbroker cluster add-node`` does); its record."""
-        return self._run(cluster_calls.register_node(host, http_port, raft_port, node_id))
+    def register_node(
+        self, host: str, http_port: int, raft_port: int, node_id: int | None = None, kafka_port: int | None = None
+    ) -> dict[str, Any]:
+        """Register a node with the controller (what ``txbroker cluster add-node`` does); its record.
+        ``kafka_port``: the node's Kafka listener (None: it serves no Kafka clients)."""
+        return self._run(cluster_calls.register_node(host, http_port, raft_port, node_id, kafka_port))
 
     def decommission_node(self, node_id: int) -> dict[str, Any]:
         """Start moving every replica off ``node_id``; ``describe_node`` shows when it is decommissioned."""

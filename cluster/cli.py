@@ -61,12 +61,31 @@ def cmd_cluster_init(args: argparse.Namespace) -> int:
         print(f"{d} already holds node configs; use --force to overwrite", file=sys.stderr)
         return 1
     paths, admin = _write_cluster(args, d)
-    for p in paths:
-        c = load_config(p)
-        print(f"node {c.node_id}: {c.url}  (raft {c.host}:{c.raft_port}, config {p})")
+    configs = [load_config(p) for p in paths]
+    for p, c in zip(paths, configs, strict=True):
+        kafka = f", kafka {c.self_address.kafka_address}" if c.kafka_port is not None else ""
+        print(f"node {c.node_id}: {c.url}  (raft {c.host}:{c.raft_port}{kafka}, config {p})")
+    _print_kafka_bootstrap(configs)
     if admin is not None:
         print(f"admin client config (super user 'admin', keep it private): {admin}")
     return 0
+
+
+def kafka_bootstrap(configs: list[NodeConfig]) -> str:
+    """The nodes' Kafka listeners as Kafka clients' ``bootstrap.servers`` ("" when none has one)."""
+    return ",".join(c.self_address.kafka_address or "" for c in configs if c.kafka_port is not None)
+
+
+def _print_kafka_bootstrap(configs: list[NodeConfig]) -> None:
+    servers = kafka_bootstrap(configs)
+    if not servers:
+        return
+    sec = configs[0].security
+    if sec is None:
+        print(f"kafka bootstrap servers: {servers}", flush=True)
+    else:
+        protocol = "SASL_SSL" if sec.tls else "SASL_PLAINTEXT"
+        print(f"kafka bootstrap servers: {servers}  ({protocol}; SASL PLAIN or SCRAM-SHA-256/512)", flush=True)
 
 
 def _client_ssl(configs: list[NodeConfig]) -> ssl.SSLContext | None:
@@ -133,6 +152,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         for c in configs:
             print(f"node {c.node_id} ready: {c.url}")
         print(f"bootstrap: {urls[0]}", flush=True)
+        _print_kafka_bootstrap(configs)
         admin = d / "admin.toml"
         if secure and admin.is_file():
             print(f"admin client config: {admin}", flush=True)

@@ -80,7 +80,14 @@ from .topic_admin import (
     new_partitions,
     validate_partition_count,
 )
-from .topics import TopicMetadata, assign_replicas, group_id_for, validate_topic_config, validate_topic_name
+from .topics import (
+    PartitionAssignment,
+    TopicMetadata,
+    assign_replicas,
+    group_id_for,
+    validate_topic_config,
+    validate_topic_name,
+)
 
 __all__ = [
     "APPLIED_PATH",
@@ -384,6 +391,15 @@ class ControllerService:
     async def create_topic(
         self, name: object, partitions: object, replication_factor: object, config: object
     ) -> TopicMetadata:
+        name, assignment, cfg = self.check_new_topic(name, partitions, replication_factor, config)
+        meta: TopicMetadata = await self._submit(create_topic_command(name, assignment, cfg, self._clock.now_ms()))
+        return meta
+
+    def check_new_topic(
+        self, name: object, partitions: object, replication_factor: object, config: object
+    ) -> tuple[str, tuple[PartitionAssignment, ...], dict[str, int | str]]:
+        """What ``create_topic`` checks before it proposes (a create with ``validate_only`` stops here):
+        the name, the placement of its partitions and its validated config; the error it would answer."""
         name = validate_topic_name(name)
         if isinstance(partitions, bool) or not isinstance(partitions, int):
             raise BrokerError(ErrorCode.INVALID_PARTITIONS, "partitions must be an integer")
@@ -403,8 +419,7 @@ class ControllerService:
             replication_factor,
             self.view.placement_cursor,
         )
-        meta: TopicMetadata = await self._submit(create_topic_command(name, assignment, cfg, self._clock.now_ms()))
-        return meta
+        return name, assignment, cfg
 
     async def delete_topic(self, name: str) -> TopicMetadata:
         self.topic(name)

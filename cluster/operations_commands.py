@@ -48,8 +48,9 @@ def _bindable(host: str, port: int) -> bool:
         return False
 
 
-def _next_ports(host: str, used: set[int], local: bool) -> tuple[int, int]:
-    """Two ports above every port the cluster uses (free on this machine when ``host`` is one of its addresses)."""
+def _next_ports(host: str, used: set[int], local: bool) -> tuple[int, int, int]:
+    """Three ports (HTTP, Raft, Kafka) above every port the cluster uses (free on this machine when ``host`` is
+    one of its addresses)."""
     out: list[int] = []
     port = max(used, default=9090) + 1
     for _ in range(_PORT_SEARCH):
@@ -57,10 +58,10 @@ def _next_ports(host: str, used: set[int], local: bool) -> tuple[int, int]:
             break
         if port not in used and (not local or _bindable(host, port)):
             out.append(port)
-            if len(out) == 2:
-                return out[0], out[1]
+            if len(out) == 3:
+                return out[0], out[1], out[2]
         port += 1
-    raise ConfigError(f"no two free ports above {max(used, default=9090)} on {host}")
+    raise ConfigError(f"no three free ports above {max(used, default=9090)} on {host}")
 
 
 def _cluster_nodes(info: dict[str, Any]) -> list[NodeAddress]:
@@ -69,7 +70,10 @@ def _cluster_nodes(info: dict[str, Any]) -> list[NodeAddress]:
         if n.get("state") == "decommissioned" or n.get("url") is None or n.get("raft_port") is None:
             continue
         url = urlsplit(str(n["url"]))
-        out.append(NodeAddress(int(n["id"]), str(n["host"]), int(url.port or 0), int(n["raft_port"]), url.scheme))
+        kafka = n.get("kafka")
+        kafka_port = int(str(kafka).rsplit(":", 1)[1]) if isinstance(kafka, str) and ":" in kafka else None
+        out.append(NodeAddress(int(n["id"]), str(n["host"]), int(url.port or 0), int(n["raft_port"]), url.scheme,
+                               kafka_port=kafka_port))  # fmt: skip
     return out
 
 
@@ -80,26 +84,31 @@ def cmd_add_node(args: argparse.Namespace) -> int:
     info = admin.describe_cluster()
     known = _cluster_nodes(info)
     host = args.host or template.host
-    used = {p for n in known for p in (n.http_port, n.raft_port)}
+    used = {p for n in known for p in (n.http_port, n.raft_port, n.kafka_port) if p is not None}
     for path in d.glob("node-*.toml"):
         c = load_config(path)
-        used |= {c.http_port, c.raft_port}
-    http_port, raft_port = (args.http_port, args.raft_port) if args.http_port else _next_ports(host, used, args.local)
-    rec = admin.register_node(host, http_port, raft_port, args.node_id)
+        used |= {p for p in (c.http_port, c.raft_port, c.kafka_port) if p is not None}
+    if args.http_port:
+        http_port, raft_port, kafka_port = args.http_port, args.raft_port, args.kafka_port
+        if kafka_port is None:
+            kafka_port = _next_ports(host, used | {http_port, raft_port}, args.local)[0]
+    else:
+        http_port, raft_port, kafka_port = _next_ports(host, used, args.local)
+    rec = admin.register_node(host, http_port, raft_port, args.node_id, kafka_port=kafka_port)
     node_id = int(rec["id"])
     scheme = template.self_address.scheme
-    me = NodeAddress(node_id, host, http_port, raft_port, scheme)
+    me = NodeAddress(node_id, host, http_port, raft_port, scheme, kafka_port=kafka_port)
     nodes = tuple(sorted([*(replace(n, scheme=scheme) for n in known if n.id != node_id), me], key=lambda a: a.id))
     founders = tuple(int(i) for i in info.get("founders", [])) or template.founder_ids
     cfg = replace(
-        template, node_id=node_id, host=host, http_port=http_port, raft_port=raft_port,
+        template, node_id=node_id, host=host, http_port=http_port, raft_port=raft_port, kafka_port=kafka_port,
         data_dir=(d / f"node-{node_id}").resolve(), nodes=nodes, founders=founders,
     )  # fmt: skip
     if template.security is not None:
         cfg = replace(cfg, security=_node_security(d, template, node_id, host))
     (path,) = write_configs([cfg], d)
     _rewrite_prometheus(d, cfg, [n.url for n in nodes])
-    print(f"node {node_id} registered: {me.url}  (raft {host}:{raft_port}, config {path})")
+    print(f"node {node_id} registered: {me.url}  (raft {host}:{raft_port}, kafka {me.kafka_address}, config {path})")
     print(f"start it with: txbroker node start --config {path}")
     return 0
 
@@ -224,6 +233,7 @@ def register(sub: Any, cluster: Any, default_bootstrap: str) -> None:
     p.add_argument("--node-id", type=int, help="default: the next free id")
     p.add_argument("--http-port", type=int, help="default: the next free port above the cluster's ports")
     p.add_argument("--raft-port", type=int)
+    p.add_argument("--kafka-port", type=int, help="the Kafka listener's port (default: the next free one)")
     p.add_argument("--no-local", dest="local", action="store_false",
                    help="the host is another machine: do not check the ports are free here")  # fmt: skip
     add_cluster_options(p, default_bootstrap)

@@ -193,9 +193,9 @@ class AsyncAdmin:
         return await self._run(cluster_calls.describe_node(node_id))
 
     async def register_node(
-        self, host: str, http_port: int, raft_port: int, node_id: int | None = None
+        self, host: str, http_port: int, raft_port: int, node_id: int | None = None, kafka_port: int | None = None
     ) -> dict[str, Any]:
-        return await self._run(cluster_calls.register_node(host, http_port, raft_port, node_id))
+        return await self._run(cluster_calls.register_node(host, http_port, raft_port, node_id, kafka_port))
 
     async def decommission_node(self, node_id: int) -> dict[str, Any]:
         return await self._run(cluster_calls.decommission_node(node_id))

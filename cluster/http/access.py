@@ -20,7 +20,7 @@ The rules are Kafka's (API.md "Security"); the ``Guard`` asks the node's
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -28,8 +28,7 @@ from aiohttp import web
 from clients.protocol import BrokerError, ErrorCode
 
 from ..security.acl import CLUSTER_NAME, Operation, ResourceType
-from ..security.authorizer import Authorizer
-from ..security.principals import ANONYMOUS
+from ..security.guard import Guard, denied_code
 
 __all__ = [
     "ACCESS",
@@ -40,25 +39,13 @@ __all__ = [
     "Mode",
     "Need",
     "RouteTable",
+    "check_access",
     "check_declared",
     "denied_code",
     "guard",
 ]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-_DENIED = {
-    ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-    ResourceType.GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
-    ResourceType.TRANSACTIONAL_ID: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-    ResourceType.CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-}
-
-
-def denied_code(resource_type: ResourceType) -> ErrorCode:
-    """The error a denied request about a resource of this type answers with (403)."""
-    return _DENIED[resource_type]
 
 
 class Mode(enum.Enum):
@@ -143,6 +130,15 @@ class RouteTable:
         self.add("DELETE", path, handler, access)
 
 
+def check_access(g: Guard, access: Access, match_info: web.UrlMappingMatchInfo) -> None:
+    """The path-level needs of ``access`` (before the body is read), checked for ``g``'s principal."""
+    for need in access.needs:
+        if isinstance(need, AnyOf):
+            g.require_any((n.operation, n.resource_type, n.resource_name(match_info)) for n in need.needs)
+        else:
+            g.require(need.operation, need.resource_type, need.resource_name(match_info))
+
+
 def check_declared(app: web.Application) -> None:
     """Refuse an application with a route whose rights are not declared (the node would not start)."""
     declared = app.get(ACCESS, {})
@@ -150,58 +146,6 @@ def check_declared(app: web.Application) -> None:
                if r not in declared]  # fmt: skip
     if missing:
         raise RuntimeError(f"routes without an access declaration: {', '.join(sorted(missing))}")
-
-
-class Guard:
-    """The caller's rights, as the node's authorizer decides them (everything, on a node without an authorizer)."""
-
-    __slots__ = ("authorizer", "host", "principal")
-
-    def __init__(self, principal: str = ANONYMOUS, host: str = "*", authorizer: Authorizer | None = None) -> None:
-        self.principal = principal
-        self.host = host
-        self.authorizer = authorizer
-
-    def allowed(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
-        if self.authorizer is None:
-            return True
-        return self.authorizer.authorize(self.principal, self.host, operation, resource_type, name)
-
-    def require(self, operation: Operation, resource_type: ResourceType, name: str) -> None:
-        if not self.allowed(operation, resource_type, name):
-            raise BrokerError(
-                denied_code(resource_type),
-                f"{self.principal} may not {operation.value} {resource_type.value} {name!r}",
-            )
-
-    def require_any(self, needs: Iterable[tuple[Operation, ResourceType, str]]) -> None:
-        """Any one of ``needs``; denied with the first one's error."""
-        needs = list(needs)
-        if not any(self.allowed(op, rt, name) for op, rt, name in needs):
-            rt = needs[0][1]
-            alternatives = " or ".join(f"{o.value} on {r.value} {n!r}" for o, r, n in needs)
-            raise BrokerError(denied_code(rt), f"{self.principal} needs {alternatives}")
-
-    def require_topics(self, operation: Operation, topics: Iterable[str]) -> None:
-        for topic in sorted(set(topics)):
-            self.require(operation, ResourceType.TOPIC, topic)
-
-    def may_describe(self, resource_type: ResourceType, name: str) -> bool:
-        return self.allowed(Operation.DESCRIBE, resource_type, name)
-
-    def may_on_some(self, operation: Operation, resource_type: ResourceType) -> bool:
-        """Some ACL allows ``operation`` on some resource of this type (Kafka's authorizeByResourceType)."""
-        if self.authorizer is None:
-            return True
-        return self.authorizer.authorize_any(self.principal, self.host, operation, resource_type)
-
-    def check(self, access: Access, match_info: web.UrlMappingMatchInfo) -> None:
-        """The path-level needs of ``access`` (before the body is read)."""
-        for need in access.needs:
-            if isinstance(need, AnyOf):
-                self.require_any((n.operation, n.resource_type, n.resource_name(match_info)) for n in need.needs)
-            else:
-                self.require(need.operation, need.resource_type, need.resource_name(match_info))
 
 
 #: The request key under which the middleware keeps the caller's ``Guard``.

@@ -34,11 +34,12 @@ from clients.protocol import BrokerError, ErrorCode
 from ..config import SecurityConfig
 from ..security.authorizer import Authorizer
 from ..security.credentials import CredentialChecker
+from ..security.guard import Guard
 from ..security.jwt_auth import JwtVerifier
 from ..security.node_calls import NodeCallVerifier
 from ..security.principals import ANONYMOUS, CLIENT_HOST_KEY, NODE_CALL_KEY, PRINCIPAL_KEY, user_principal
 from ..security.tls import peer_principal
-from .access import ACCESS, GUARD_KEY, Access, Guard, Mode
+from .access import ACCESS, GUARD_KEY, Access, Mode, check_access
 from .node_auth import verify_node_call
 
 __all__ = ["FAILED_ATTEMPT_DELAY_S", "Gatekeeper", "SecurityState"]
@@ -123,7 +124,7 @@ class Gatekeeper:
         g = Guard(principal, host, self._authorizer())
         request[GUARD_KEY] = g
         if access is not None:
-            g.check(access, request.match_info)
+            check_access(g, access, request.match_info)
 
     async def authenticate(self, request: web.Request) -> str:
         """The caller's principal from its credentials; 401 ``SASL_AUTHENTICATION_FAILED`` without valid ones."""

@@ -127,16 +127,32 @@ class Forwarder:
         tells where this node now believes the answering node is; an answer's ``leader_url`` /
         ``coordinator_url`` hint is followed too. An unreachable node in the end is ``unreachable``.
         """
+        # The target exactly as received (ASCII: the HTTP parser refuses anything else), sent and signed as is.
+        status, body = await self.call_as(
+            request.method, request.rel_url.raw_path_qs, raw, principal_of(request), client_host_of(request),
+            url, unreachable, locate,
+        )  # fmt: skip
+        return web.Response(body=body, status=status, content_type="application/json")
+
+    async def call_as(
+        self,
+        method: str,
+        path_qs: str,
+        raw: bytes,
+        principal: str,
+        host: str,
+        url: str,
+        unreachable: ErrorCode,
+        locate: Locate | None = None,
+    ) -> tuple[int, bytes]:
+        """``method path_qs`` with body ``raw`` on the node at ``url``, acting for ``principal`` (a node call);
+        the answer's status and body. Retried and bounded as ``proxy`` says."""
         if self._session is None:
             raise BrokerError(unreachable, "node is starting")
         if self.node_at(url) is None:  # a node call goes to nodes of the cluster only
             raise BrokerError(unreachable, f"{url} is no node of this cluster")
         session = self._session
         deadline = self.deadline()
-        # The target exactly as received (ASCII: the HTTP parser refuses anything else), sent and signed as is.
-        path_qs = request.rel_url.raw_path_qs
-        principal = principal_of(request)
-        host = client_host_of(request)
         digest = await body_sha256_async(raw)
 
         def resolve(last: BrokerError | None) -> str | None:
@@ -147,7 +163,7 @@ class Forwarder:
                 return hint.rstrip("/")
             return (locate() if locate is not None else None) or url
 
-        async def attempt(target: str) -> web.Response:
+        async def attempt(target: str) -> tuple[int, bytes]:
             left = deadline.remaining(loop_now())
             timeout_ms = str(max(1, int(left * 1000)))
             receiver = self.node_at(target)
@@ -155,14 +171,14 @@ class Forwarder:
                 raise BrokerError(ErrorCode.NETWORK_EXCEPTION, f"{target} is no node of this cluster")
             try:
                 signature = self._signer.sign(
-                    request.method, path_qs, raw, principal, receiver=receiver, body_digest=digest, host=host
+                    method, path_qs, raw, principal, receiver=receiver, body_digest=digest, host=host
                 )
             except ValueError as exc:  # a method or target the HTTP parser let through but no node serves
                 raise BrokerError(ErrorCode.INVALID_REQUEST, f"cannot forward this request: {exc}") from None
             headers = {NODE_CALL_HEADER: signature, "Content-Type": "application/json", TIMEOUT_HEADER: timeout_ms}
             try:
                 async with session.request(
-                    request.method, yarl.URL(target + path_qs, encoded=True), data=raw, headers=headers,
+                    method, yarl.URL(target + path_qs, encoded=True), data=raw, headers=headers,
                     timeout=aiohttp.ClientTimeout(total=max(0.001, left)),
                 ) as resp:  # fmt: skip
                     body = await resp.read()
@@ -175,10 +191,10 @@ class Forwarder:
                 err = _error_of(body)
                 if err is not None and err.error_code in MOVED:
                     raise err  # not served there: the policy retries where the leader is now
-            return web.Response(body=body, status=status, content_type="application/json")
+            return status, body
 
         try:
-            return await call_at_leader(resolve, attempt, deadline, what=f"{request.method} {request.path}")
+            return await call_at_leader(resolve, attempt, deadline, what=f"{method} {path_qs.partition('?')[0]}")
         except BrokerError as exc:
             if exc.error_code is ErrorCode.NETWORK_EXCEPTION:
                 raise BrokerError(unreachable, exc.message) from exc

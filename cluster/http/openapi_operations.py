@@ -15,11 +15,12 @@ _ERRORS = (400, 401, 403, 404, 409, 421, 503, 504)
 def operation_paths() -> dict[str, Any]:
     return {
         "/v1/nodes": {
-            "get": _op("every registered node: {nodes: [{id, url, host, raft_port, alive, state, controller_voter, "
-                       "replicas, moving}]}; DESCRIBE on CLUSTER", errors=_ERRORS),
+            "get": _op("every registered node: {nodes: [{id, url, host, raft_port, kafka, alive, state, "
+                       "controller_voter, replicas, moving}]}; DESCRIBE on CLUSTER", errors=_ERRORS),
             "post": _op("register a node (txbroker cluster add-node): 201 with the node's id, host, ports, url; "
-                        "node_id defaults to the next free id; ALTER on CLUSTER",
-                        {"node_id": _INT, "host": _STR, "http_port": _INT, "raft_port": _INT},
+                        "node_id defaults to the next free id; kafka_port (optional) is its Kafka listener, "
+                        "different from its other ports; ALTER on CLUSTER",
+                        {"node_id": _INT, "host": _STR, "http_port": _INT, "raft_port": _INT, "kafka_port": _INT},
                         ("host", "http_port", "raft_port"), errors=_ERRORS),
         },
         "/v1/nodes/{node_id}": {

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from clients.protocol import BrokerError, ErrorCode
 
-from ..http.access import Guard
 from ..http.services import Services
+from ..security.guard import Guard
 
-__all__ = ["Connection", "KafkaApi", "RequestContext", "error_code", "error_message"]
+__all__ = ["Connection", "ControllerCaller", "KafkaApi", "RequestContext", "error_code", "error_message"]
 
 #: txbroker's own error names that have no Kafka code of their own, as the nearest code a Kafka client knows.
 _KAFKA_CODE: dict[ErrorCode, ErrorCode] = {
@@ -64,6 +64,18 @@ class Connection:
     authenticated: bool = True
     #: per-connection state of a multi-step exchange (SCRAM's server nonce and first message)
     sasl_state: dict[str, Any] = field(default_factory=dict)
+    #: SaslHandshake v0 chose the mechanism: the next frames are raw SASL tokens until authenticated
+    sasl_raw_tokens: bool = False
+    #: who the connection authenticated as (None: ``User:ANONYMOUS`` on an open listener)
+    principal: str | None = None
+    #: set by a handler whose answer is the connection's last (a failed authentication): the server closes it then
+    close_after_response: bool = False
+
+
+class ControllerCaller(Protocol):
+    """How a controller command reaches the controller leader (``cluster.kafka.controller_calls``)."""
+
+    async def call(self, refused: BrokerError, method: str, path: str, body: Any, principal: str, host: str) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +85,8 @@ class RequestContext:
     api_version: int
     client_id: str | None
     correlation_id: int
+    #: how a controller command reaches the controller leader from a node that does not lead it (None: it does not)
+    controller_calls: ControllerCaller | None = None
 
     @property
     def guard(self) -> Guard:

@@ -13,6 +13,12 @@ their partition's Raft queue in the order their requests arrived (nothing
 before the proposal waits unless the batch needs the coordinator's
 verification, and those batches are sequenced by idempotence).
 
+SASL: on a node with ``[security]`` a connection is served ApiVersions,
+SaslHandshake and SaslAuthenticate only until it authenticates (any other
+request closes it); after SaslHandshake v0 its frames are raw SASL tokens
+until the exchange ends. Each request is authorized with the node's ACLs as
+they are when it arrives (the connection's ``Guard`` is rebuilt per request).
+
 Errors: ApiVersions in a version it does not know is answered in version 0
 with UNSUPPORTED_VERSION and the supported ranges (KIP-511), so a client can
 downgrade. Any other unknown API key or version, a frame that does not decode,
@@ -30,18 +36,21 @@ import ssl
 import struct
 import time
 from collections.abc import Iterable
-from typing import Any
 
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from clients.protocol import BrokerError
 
-from ..http.access import Guard
 from ..http.services import Services
 from ..metrics import KafkaMetrics
+from ..security.guard import Guard
+from ..security.principals import ANONYMOUS
+from ..security.tls import peer_principal
 from .api import Connection, KafkaApi, RequestContext
+from .controller_calls import ControllerCalls
 from .handlers.api_versions import api_version_entries
+from .handlers.sasl_authenticate import exchange
 
 __all__ = ["UNSUPPORTED_VERSION", "KafkaServer"]
 
@@ -52,6 +61,7 @@ _HEAD = struct.Struct(">hhi")  # api key, api version, correlation id
 API_VERSIONS_KEY = 18
 _FINISH_S = 5.0  # a closing connection's requests in flight get this long to answer
 UNSUPPORTED_VERSION = 35
+_MAX_RAW_TOKEN = 64 * 1024  # a raw SASL token (after SaslHandshake v0) larger than this is no token
 
 
 class _Close(Exception):
@@ -68,9 +78,8 @@ class KafkaServer:
         metrics: KafkaMetrics,
         *,
         ssl_context: ssl.SSLContext | None = None,
-        guard_for: Any = None,
     ) -> None:
-        """``guard_for(principal, host) -> Guard``: the rights of an authenticated principal (None: open)."""
+        """``ssl_context``: TLS on the port (the node's server context when its security has TLS)."""
         self._services = services
         self._config = services.config
         self._apis: dict[int, KafkaApi] = {}
@@ -80,7 +89,7 @@ class KafkaServer:
             self._apis[api.api_key] = api
         self._metrics = metrics
         self._ssl = ssl_context
-        self._guard_for = guard_for
+        self._controller_calls = ControllerCalls(services)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -95,6 +104,7 @@ class KafkaServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self, host: str, port: int) -> None:
+        await self._controller_calls.start()
         self._server = await asyncio.start_server(
             self._serve, host, port, ssl=self._ssl, reuse_address=True, limit=64 * 1024
         )
@@ -109,15 +119,31 @@ class KafkaServer:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
+        await self._controller_calls.close()
 
     # ---- one connection ---------------------------------------------------------------------------
 
     def _new_connection(self, writer: asyncio.StreamWriter) -> Connection:
         peer = writer.get_extra_info("peername")
         host = str(peer[0]) if isinstance(peer, tuple) and peer else "*"
-        secure = self._config.security is not None
-        guard = self._guard_for(None, host) if self._guard_for is not None else Guard(host=host)
-        return Connection(peer_host=host, tls=self._ssl is not None, guard=guard, authenticated=not secure)
+        sec = self._config.security
+        conn = Connection(peer_host=host, tls=self._ssl is not None, guard=Guard(host=host), authenticated=sec is None)
+        if sec is not None and "mtls" in sec.authentication:
+            # Kafka's SSL listener: a verified client certificate is the connection's principal, no SASL needed
+            principal = peer_principal(writer.get_extra_info("ssl_object"))
+            if principal is not None:
+                conn.principal = principal
+                conn.authenticated = True
+        conn.guard = self._guard(conn)
+        return conn
+
+    def _guard(self, conn: Connection) -> Guard:
+        """The connection's rights under the node's ACLs as they are now (read per request: ACLs change)."""
+        sec = self._config.security
+        principal = conn.principal or ANONYMOUS
+        if sec is None or not sec.authorizer:
+            return Guard(principal, conn.peer_host)
+        return Guard(principal, conn.peer_host, self._services.controller.security_view().authorizer)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -127,7 +153,7 @@ class KafkaServer:
         conn = self._new_connection(writer)
         pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue()
         slots = asyncio.Semaphore(self._config.kafka_max_inflight_per_connection)
-        responder = asyncio.create_task(self._respond(pending, slots, writer))
+        responder = asyncio.create_task(self._respond(pending, slots, writer, conn))
         try:
             await self._read_requests(reader, conn, pending, slots)
         except (_Close, asyncio.IncompleteReadError, ConnectionError, TimeoutError, ssl.SSLError) as exc:
@@ -136,8 +162,8 @@ class KafkaServer:
             try:
                 # The requests already read are answered (the responder drains the queue), then the end.
                 await asyncio.wait_for(_finish(pending, responder), _FINISH_S)
-            except (TimeoutError, asyncio.CancelledError):
-                responder.cancel()
+            except (TimeoutError, asyncio.CancelledError, ConnectionError, ssl.SSLError):
+                responder.cancel()  # out of time, or the client is gone: nothing more to answer
             self._metrics.connections.dec()
             writer.close()
             with contextlib.suppress(Exception):
@@ -163,6 +189,11 @@ class KafkaServer:
                     return  # the client closed between requests
                 raise
             (size,) = _SIZE.unpack(head)
+            if conn.sasl_raw_tokens and not conn.authenticated and 0 <= size <= _MAX_RAW_TOKEN:
+                token = await asyncio.wait_for(reader.readexactly(size), idle_s)
+                self._metrics.bytes_received.inc(4 + size)
+                await pending.put(asyncio.create_task(self._raw_sasl_token(token, conn)))
+                continue
             if size < _HEAD.size or size > max_frame:
                 self._metrics.rejected_frames.labels("size").inc()
                 raise _Close(f"frame of {size} bytes (limit {max_frame})")
@@ -189,6 +220,7 @@ class KafkaServer:
         pending: asyncio.Queue[asyncio.Task[bytes | None] | None],
         slots: asyncio.Semaphore,
         writer: asyncio.StreamWriter,
+        conn: Connection,
     ) -> None:
         while True:
             task = await pending.get()
@@ -206,6 +238,9 @@ class KafkaServer:
             writer.write(answer)
             self._metrics.bytes_sent.inc(len(answer))
             await writer.drain()
+            if conn.close_after_response:  # a failed authentication: its answer is the last
+                writer.close()
+                return
 
     async def _handle(
         self, api: KafkaApi, version: int, correlation_id: int, frame: bytes, conn: Connection
@@ -221,7 +256,10 @@ class KafkaServer:
             self._metrics.requests.labels(api.name, str(version), "malformed").inc()
             log.info("malformed %s v%d request: %s", api.name, version, exc)
             raise _Close("malformed request") from exc
-        ctx = RequestContext(self._services, conn, version, header.client_id, correlation_id)
+        conn.guard = self._guard(conn)
+        ctx = RequestContext(
+            self._services, conn, version, header.client_id, correlation_id, controller_calls=self._controller_calls
+        )
         try:
             response = await api.handle(ctx, request)
         except BrokerError as exc:
@@ -244,6 +282,20 @@ class KafkaServer:
         except Exception as exc:
             log.exception("%s v%d: the response does not encode", api.name, version)
             raise _Close(f"{api.name} response does not encode") from exc
+
+    async def _raw_sasl_token(self, token: bytes, conn: Connection) -> bytes:
+        """A SASL token after SaslHandshake v0: its answer as a size-prefixed frame; a failure closes."""
+        conn.guard = self._guard(conn)
+        ctx = RequestContext(self._services, conn, 0, None, 0, controller_calls=self._controller_calls)
+        error, answer = await exchange(ctx, token)
+        outcome = "ok" if error is None else error.error_code.name
+        self._metrics.requests.labels("SaslAuthenticate", "raw", outcome).inc()
+        if error is not None:
+            log.info("raw SASL token from %s refused: %s", conn.peer_host, error)
+            raise _Close("SASL authentication failed")
+        if conn.authenticated:
+            conn.sasl_raw_tokens = False
+        return _SIZE.pack(len(answer)) + answer
 
     def _api_versions_downgrade(self, correlation_id: int) -> bytes:
         self._metrics.requests.labels("ApiVersions", "unsupported", "UNSUPPORTED_VERSION").inc()

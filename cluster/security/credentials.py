@@ -60,6 +60,12 @@ class CredentialChecker:
         with self._lock:
             return {name: dict(creds) for name, creds in self._users.items()}
 
+    def credential(self, username: str, mechanism: str) -> ScramCredential | None:
+        """``username``'s credential of ``mechanism`` (a SCRAM exchange checks the proof against it), or None."""
+        with self._lock:
+            creds = self._users.get(username)
+            return creds.get(mechanism) if creds is not None else None
+
     def cached(self, username: str, password: str) -> bool | None:
         """True when this pair was verified against the user's current credentials; None: not known here."""
         key = self._cache_key(username, password)

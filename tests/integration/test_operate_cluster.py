@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from clients import Consumer, Producer
 from clients.records import RecordMetadata
@@ -108,6 +109,11 @@ def test_a_new_node_registers_starts_and_gets_a_controller_vote(oc: OperatedClus
     wait_for(lambda: oc.get("/v1/nodes/4")["controller_voter"], 30, "node 4's controller vote")
     node = oc.get("/v1/nodes/4", via=4)
     assert node["state"] == "active" and node["alive"]
+    # it got a Kafka listener too: Kafka clients bootstrapping from it see all four nodes
+    kafka = oc.c.configs[3].self_address.kafka_address
+    assert kafka is not None and f"kafka {kafka}" in out.stdout and node["kafka"] == kafka
+    brokers = AdminClient({"bootstrap.servers": kafka}).list_topics(timeout=10).brokers
+    assert sorted(brokers) == [1, 2, 3, 4]
 
 
 def test_a_partition_moves_onto_the_new_node_under_load(oc: OperatedCluster) -> None:

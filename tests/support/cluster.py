@@ -144,8 +144,8 @@ def free_port_range(n: int, host: str = "127.0.0.1", attempts: int = 200) -> int
 
 
 def cluster_init_secure(directory: Path, n: int = 3) -> subprocess.CompletedProcess[str]:
-    """``txbroker cluster init --secure`` as an operator runs it, on ``2n`` consecutive free ports."""
-    base = free_port_range(2 * n)
+    """``txbroker cluster init --secure`` as an operator runs it, on ``3n`` consecutive free ports."""
+    base = free_port_range(3 * n)  # HTTP, Raft and Kafka ports
     return subprocess.run(
         [sys.executable, "-m", "cluster", "cluster", "init", "--secure", "--dir", str(directory), "--nodes", str(n),
          "--base-port", str(base)],

@@ -31,6 +31,7 @@ def test_secure_init_writes_certificates_sections_and_client_config(
     assert init(d) == 0
     out = capsys.readouterr().out
     assert str(d / "admin.toml") in out and "https://127.0.0.1:29091" in out
+    assert "kafka bootstrap servers: 127.0.0.1:29097,127.0.0.1:29098,127.0.0.1:29099  (SASL_SSL;" in out
     for name in ("ca.pem", "ca.key", "node-1.pem", "node-1.key", "node-2.pem", "node-3.key"):
         assert (d / "certs" / name).is_file(), name
     for name in ("admin.toml", "metrics.password", "certs/ca.key", "certs/node-2.key", "node-1.toml"):
@@ -102,9 +103,14 @@ def test_init_again_keeps_every_secret(tmp_path: Path, capsys: pytest.CaptureFix
     capsys.readouterr()
 
 
-def test_plain_init_stays_plain(tmp_path: Path) -> None:
+def test_plain_init_stays_plain(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     d = tmp_path / "c"
     assert main(["cluster", "init", "--dir", str(d), "--base-port", "29091"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "kafka 127.0.0.1:29097" in out
+        and "kafka bootstrap servers: 127.0.0.1:29097,127.0.0.1:29098,127.0.0.1:29099\n" in out
+    )
     assert load_config(d / "node-1.toml").security is None
     assert not (d / "certs").exists() and not (d / "admin.toml").exists()
     job = yaml.safe_load((d / "prometheus.yml").read_text())["scrape_configs"][0]

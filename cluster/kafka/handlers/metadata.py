@@ -8,7 +8,9 @@ what the controller enforces, not a shrinking ISR). Leader epochs are not
 tracked (-1), so clients skip KIP-320's epoch checks. A topic's id is a UUID
 derived from the cluster id and the controller's topic number. Topics the
 caller may not DESCRIBE are left out of a listing and answered
-TOPIC_AUTHORIZATION_FAILED when named.
+TOPIC_AUTHORIZATION_FAILED when named. Asked for (versions 8 and up), the
+cluster's and each topic's authorized operations come as DescribeCluster
+computes them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from clients.protocol import ErrorCode
 from ...security.acl import ResourceType
 from ...topics import TopicMetadata
 from ..api import KafkaApi, RequestContext
+from .describe_cluster import NOT_ASKED as _NOT_ASKED
+from .describe_cluster import authorized_operations
 
 __all__ = ["API", "topic_uuid"]
 
@@ -93,6 +97,13 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 topics.append(_refused(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             else:
                 topics.append(_topic(ctx, view.topics[name]))
+    if ctx.api_version >= 8 and request.include_topic_authorized_operations:
+        for t in topics:
+            if t.error_code == 0:
+                t.authorized_operations = authorized_operations(ctx, t.name)
+    cluster_ops: set[int] | None = _NOT_ASKED
+    if 8 <= ctx.api_version <= 10 and request.include_cluster_authorized_operations:
+        cluster_ops = authorized_operations(ctx)
     leader = ctx.services.controller.leader_id()
     return MetadataResponse(
         throttle_time_ms=0,
@@ -100,6 +111,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         cluster_id=ctx.services.config.cluster_id,
         controller_id=leader if leader is not None else -1,
         topics=topics,
+        authorized_operations=cluster_ops,
     )
 
 
