@@ -85,6 +85,7 @@ __all__ = [
     "kafka_to_txbroker",
     "parse_kafka_batch",
     "stored_to_kafka",
+    "txbroker_to_kafka",
 ]
 
 _HEADER: struct.Struct = DefaultRecordBatch.HEADER_STRUCT  # baseOffset .. recordCount
@@ -235,7 +236,9 @@ def kafka_to_txbroker(data: bytes | bytearray | memoryview) -> bytes:
     )
 
 
-def _txbroker_to_kafka(batch: StoredBatch) -> bytes:
+def txbroker_to_kafka(batch: StoredBatch) -> bytes:
+    """A stored txbroker batch (or marker, as a Kafka control batch) built anew as an uncompressed Kafka
+    batch at its base offset; ``stored_to_kafka`` is the cached door."""
     h = batch.header
     builder: Any = DefaultRecordBatchBuilder(
         magic=2, compression_type=0, is_transactional=h.is_transactional, producer_id=h.producer_id,
@@ -258,43 +261,52 @@ def _patched_kafka(batch: StoredBatch) -> bytes:
 
 
 class ConversionCache:
-    """A bounded LRU of converted stored batches, by total bytes held (keys and values).
+    """A bounded LRU of converted stored batches, by total bytes held (stored and converted bytes).
 
-    The key is the stored batch itself (base offset, format and bytes), so an
-    entry can never answer for another batch, whatever partition, topic or
-    incarnation of a topic it came from. Thread-safe (one lock around the
-    dictionary; conversions run outside it).
+    An entry is found by the batch's base offset, format, CRC and length, and
+    answers only if its stored bytes equal the batch's (one ``memcmp``, no
+    hashing of the bytes), so it can never answer for another batch, whatever
+    partition, topic or incarnation of a topic it came from. Thread-safe (one
+    lock around the dictionary; conversions run outside it).
     """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[int, BatchFormat, bytes], bytes] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, BatchFormat, int, int], tuple[bytes, bytes]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     def get(self, batch: StoredBatch, convert: Callable[[StoredBatch], bytes]) -> bytes:
-        key = (batch.base_offset, batch.format, batch.data)
+        """``convert(batch)``, from the cache when an earlier call converted the same batch."""
+        key = (batch.base_offset, batch.format, batch.header.crc, len(batch.data))
         with self._lock:
             found = self._entries.get(key)
-            if found is not None:
+            if found is not None and found[0] == batch.data:
                 self._entries.move_to_end(key)
                 self.hits += 1
-                return found
+                return found[1]
             self.misses += 1
         value = convert(batch)
         size = len(batch.data) + len(value)
         if size > self.max_bytes // 8:  # one huge batch must not flush everything else
             return value
         with self._lock:
-            if key not in self._entries:
-                self._entries[key] = value
-                self._bytes += size
-                while self._bytes > self.max_bytes:
-                    (_b, _f, data), old = self._entries.popitem(last=False)
-                    self._bytes -= len(data) + len(old)
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= len(old[0]) + len(old[1])
+            self._entries[key] = (batch.data, value)
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                _key, (data, converted) = self._entries.popitem(last=False)
+                self._bytes -= len(data) + len(converted)
         return value
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes held (stored and converted)."""
+        return self._bytes
 
     def clear(self) -> None:
         with self._lock:
@@ -316,7 +328,7 @@ def stored_to_kafka(batch: StoredBatch) -> bytes:
     """
     if batch.format is BatchFormat.KAFKA:
         return _patched_kafka(batch)
-    return _TO_KAFKA.get(batch, _txbroker_to_kafka)
+    return _TO_KAFKA.get(batch, txbroker_to_kafka)
 
 
 def kafka_fetch_payload(batches: Iterable[StoredBatch]) -> bytes:

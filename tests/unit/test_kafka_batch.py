@@ -312,6 +312,10 @@ def test_the_cache_answers_a_batch_once_converted_and_only_that_batch() -> None:
     moved = stored(one.data, base=1)  # same bytes at another offset
     cache.get(moved, convert)
     assert calls == [1000, 1000, 1] and (cache.hits, cache.misses) == (1, 3)
+    # Same offset, CRC and length, other bytes (a CRC collision, or a damaged copy): not this entry.
+    twin = StoredBatch(one.base_offset, TS, bytes(len(one.data)), one.header, BatchFormat.KAFKA)
+    assert cache.get(twin, convert) == twin.data[::-1]
+    assert cache.get(one, convert) == one.data[::-1] and len(calls) == 5
 
 
 def test_the_cache_stays_within_its_bytes() -> None:
@@ -320,7 +324,7 @@ def test_the_cache_stays_within_its_bytes() -> None:
     cache = ConversionCache(10 * size)
     for b in batches:
         cache.get(b, lambda b: b.data)
-    assert cache._bytes <= 10 * size
+    assert cache.size_bytes <= 10 * size
     cache.get(batches[-1], lambda b: b"")  # the newest is kept
     assert cache.hits == 1
     cache.get(batches[0], lambda b: b.data)  # the oldest went first
