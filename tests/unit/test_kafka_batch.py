@@ -17,10 +17,13 @@ from clients.protocol import (
     BrokerError,
     ControlType,
     ErrorCode,
+    ProducePartition,
+    ProduceRequest,
     Record,
     StoredBatch,
     decode_records,
     encode_batch,
+    encode_produce_request,
     parse_batch,
 )
 from clients.protocol import encode_control_batch as txb_control
@@ -359,3 +362,18 @@ def test_a_corrupt_stored_kafka_batch_or_an_unknown_version_is_storage_corruptio
     wrong = encode_stored_batch_header(0, TS, BatchFormat.TXBROKER) + bytes(data)
     with pytest.raises(StorageCorruptionError):
         decode_stored_batch(wrong, base_offset=0, where="t-0 batch 0")
+
+
+def test_the_producers_base_offset_does_not_matter() -> None:
+    # Producers send baseOffset 0; the log assigns offsets, so any other value is ignored, not refused.
+    data = bytearray(kafka_batch())
+    struct.pack_into(">q", data, 0, 12345)  # outside the CRC
+    assert kafka_records(bytes(data)) == expected_records()
+    out = DefaultRecordBatch(stored_to_kafka(stored(bytes(data), base=7)))
+    assert [r.offset for r in out] == [7, 8, 9, 10, 11]
+
+
+def test_the_binary_produce_form_carries_txbroker_batches_only() -> None:
+    part = ProducePartition("t", 0, kafka_batch(), format=BatchFormat.KAFKA)
+    with pytest.raises(ValueError, match="txbroker batches"):
+        encode_produce_request(ProduceRequest((part,)))
