@@ -99,7 +99,7 @@ def test_http_produce_is_read_by_kafka_clients(kafka_cluster: LocalCluster) -> N
     from kafka import TopicPartition as KTP
 
     kc = KafkaConsumer(bootstrap_servers=kafka_cluster.bootstrap_servers, auto_offset_reset="earliest",
-                       enable_auto_commit=False, consumer_timeout_ms=5000)  # fmt: skip
+                       enable_auto_commit=False, consumer_timeout_ms=2000)  # fmt: skip
     try:
         kc.assign([KTP(topic, 0)])
         values = [r.value for r in kc]
