@@ -303,6 +303,10 @@ class GroupService:
             mid, new=not member_id, topics=topics, protocol=protocol, session_timeout_ms=session_timeout_ms,
             rebalance_timeout_ms=rebalance_timeout_ms, now_ms=self._clock.now_ms(), client=client,
         )  # fmt: skip
+        if client is not None and client.group_instance_id:  # a replaced static member's requests end
+            replaced = BrokerError(ErrorCode.UNKNOWN_MEMBER_ID, "replaced by a new member of its group.instance.id")
+            self._joins.fail_absent(group_id, m.members, replaced)
+            self._syncs.fail_absent(group_id, m.members, replaced)
         self._settle_syncs(group_id, m)
         if isinstance(outcome, BrokerError):
             raise outcome

@@ -11,7 +11,7 @@ until it ends. Runs on the event loop only (not thread-safe).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Collection, Coroutine
 from typing import Any, Generic, TypeVar
 
 from clients.protocol import BrokerError, ErrorCode
@@ -59,6 +59,11 @@ class MemberWaiters(Generic[T]):
 
     def fail_group(self, group_id: str, error: BrokerError) -> None:
         for key in [k for k in self._futures if k[0] == group_id]:
+            self.fail(*key, error)
+
+    def fail_absent(self, group_id: str, present: Collection[str], error: BrokerError) -> None:
+        """Fail the group's waiting requests of members not in ``present`` (members removed meanwhile)."""
+        for key in [k for k in self._futures if k[0] == group_id and k[1] not in present]:
             self.fail(*key, error)
 
     def waiting(self, group_id: str) -> bool:

@@ -26,7 +26,10 @@ gets ``INCONSISTENT_GROUP_PROTOCOL``:
   current generation back (the leader in a Stable group starts a rebalance,
   as in Kafka: it rejoins when its metadata changed). KIP-394: a Kafka
   member without an id first gets one (``pending``), joining with it within
-  its session timeout.
+  its session timeout. KIP-345, in part: a join naming a ``group_instance_id``
+  that another member holds replaces that member at once (its requests are
+  then UNKNOWN_MEMBER_ID), so a restarted static member does not wait for its
+  old incarnation's session timeout; the group rebalances.
 
 * **join** ``(member_id, subscription, protocol, timeouts)``: a new member
   (the caller picked a fresh id) or a known one. A known member that rejoins
@@ -260,6 +263,10 @@ class GroupMembership:
             client_id=client.client_id if client is not None else "",
             client_host=client.client_host if client is not None else "",
         )  # fmt: skip
+        instance = client.group_instance_id if client is not None else None
+        for mid in [mid for mid, m in self.members.items() if instance and mid != member_id
+                    and m.meta.group_instance_id == instance]:  # fmt: skip
+            self._remove(mid, now_ms)  # KIP-345: the instance's new incarnation replaces the old one at once
         if not any(mid != member_id for mid in self.members):
             self.protocol_type = client.protocol_type if client is not None else None
         self.pending.pop(member_id, None)

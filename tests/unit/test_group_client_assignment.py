@@ -274,6 +274,22 @@ def test_kip394_member_ids_are_handed_out_and_expire() -> None:
     assert code(g.join("cid-2", kafka())) is ErrorCode.UNKNOWN_MEMBER_ID
 
 
+def test_a_static_members_new_incarnation_replaces_the_old_one_kip345() -> None:
+    g = Group()
+    assert g.join("a-1", kafka(instance="a"), new=True) is None and g.join("b", kafka(), new=True) is None
+    g.complete()
+    plan = g.sync("a-1", 1, {"a-1": b"A", "b": b"B"})
+    assert isinstance(plan, AssignmentPlan)
+    g.store(plan)
+    # instance "a" restarts under a new member id: the old one is gone at once, not after its session timeout
+    assert g.join("a-2", kafka(instance="a"), new=True) is None
+    assert set(g.m.members) == {"a-2", "b"} and g.m.state is GroupState.PREPARING_REBALANCE
+    assert code(g.m.heartbeat("a-1", 1, g.now)) is ErrorCode.UNKNOWN_MEMBER_ID
+    assert g.join("b", kafka()) is None
+    answers = g.complete()
+    assert set(answers) == {"a-2", "b"} and answers["b"].generation_id == 2
+
+
 # ---- failover, storage, transitions -------------------------------------------------------------------------
 
 

@@ -5,8 +5,9 @@ coordinator (``GroupService.join``), which answers when the rebalance
 completes: the generation, the protocol every member supports, the leader,
 and -- to the leader only -- every member's metadata for that protocol. From
 version 4 a member without an id first gets ``MEMBER_ID_REQUIRED`` with the id
-to join with (KIP-394). ``group_instance_id`` (KIP-345) is recorded and shown;
-the member is treated as a dynamic one. A group formed by HTTP members (the
+to join with (KIP-394); a static member (``group_instance_id``, KIP-345) joins
+at once and replaces the member holding its instance id (the group
+rebalances; Kafka would hand it the old member's assignment). A group formed by HTTP members (the
 broker assigns) answers ``INCONSISTENT_GROUP_PROTOCOL``, and so does a
 protocol no other member supports. Version 0's missing rebalance timeout is
 the session timeout, as Kafka takes it.
@@ -68,7 +69,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     rebalance = request.rebalance_timeout_ms if v >= 1 and request.rebalance_timeout_ms > 0 else session
     svc = ctx.services.groups
     try:
-        if v >= 4 and not member_id:
+        if v >= 4 and not member_id and client.group_instance_id is None:  # a static member joins at once
             new_id = svc.new_member_id(request.group_id, client.client_id, session)
             return _refused(ctx, ErrorCode.MEMBER_ID_REQUIRED.code, new_id)
         topics = _subscribed_topics(request.protocol_type, protocols)

@@ -1,8 +1,8 @@
 """LeaveGroup (key 13): members leave; the others rebalance at once.
 
 Versions 0-2 name one member; version 3 and up a batch, each answered on its
-own (a member named only by ``group_instance_id`` is UNKNOWN_MEMBER_ID:
-static membership is not kept). The same call as the HTTP leave.
+own (a member named only by its ``group_instance_id`` is UNKNOWN_MEMBER_ID:
+members leave by member id). The same call as the HTTP leave.
 
 Authorization: READ on the group.
 """

@@ -558,6 +558,34 @@ def test_aiokafka_consumes_everything_through_a_rebalance(kafka_cluster: LocalCl
     _all_committed(kafka_cluster, group, topic)
 
 
+def test_a_restarted_static_member_replaces_its_old_incarnation(kafka_cluster: LocalCluster) -> None:
+    """KIP-345: a consumer with group.instance.id that restarts without leaving takes its place back at once,
+    not after its old incarnation's session timeout (30 s here)."""
+    from confluent_kafka import Consumer
+
+    topic, group = _topic(kafka_cluster), unique("ck-static")
+
+    def member(instance: str) -> Any:
+        c = Consumer({
+            "bootstrap.servers": kafka_cluster.bootstrap_servers, "group.id": group, "group.instance.id": instance,
+            "session.timeout.ms": 30_000, "heartbeat.interval.ms": HEARTBEAT_MS, "max.poll.interval.ms": 30_000,
+        })  # fmt: skip
+        c.subscribe([topic])
+        return c
+
+    consumers = [member("a"), member("b")]
+    try:
+        _confluent_settle(consumers, topic)
+        consumers.pop(0).close()  # a static member does not leave its group when it closes
+        consumers.insert(0, member("a"))
+        _confluent_settle(consumers, topic, timeout=15)
+        status, body = http("GET", f"{kafka_cluster.url(1)}/v1/groups/{group}")
+        assert status == 200 and sorted(m["group_instance_id"] for m in body["members"]) == ["a", "b"], body
+    finally:
+        for c in consumers:
+            c.close()
+
+
 # ---- transactional offsets: OffsetFetch require_stable (KIP-447) ----------------------------------------------
 
 
