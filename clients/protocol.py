@@ -50,6 +50,7 @@ __all__ = [
     "NO_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
     "NO_SEQUENCE",
+    "BatchFormat",
     "BatchHeader",
     "BrokerError",
     "ControlType",
@@ -89,6 +90,7 @@ class ErrorCode(enum.Enum):
     MESSAGE_TOO_LARGE = (10, 413, False)
     # Not a Kafka error: a single record above max.message.bytes (API.md lists it).
     RECORD_TOO_LARGE = (10_010, 413, False)
+    OFFSET_METADATA_TOO_LARGE = (12, 400, False)
     NETWORK_EXCEPTION = (13, 503, True)
     COORDINATOR_LOAD_IN_PROGRESS = (14, 503, True)
     COORDINATOR_NOT_AVAILABLE = (15, 503, True)
@@ -102,6 +104,7 @@ class ErrorCode(enum.Enum):
     INVALID_REQUIRED_ACKS = (21, 400, False)
     ILLEGAL_GENERATION = (22, 409, False)
     INCONSISTENT_GROUP_PROTOCOL = (23, 409, False)
+    INVALID_GROUP_ID = (24, 400, False)
     UNKNOWN_MEMBER_ID = (25, 409, False)
     INVALID_SESSION_TIMEOUT = (26, 400, False)
     REBALANCE_IN_PROGRESS = (27, 409, False)
@@ -138,7 +141,9 @@ class ErrorCode(enum.Enum):
     REASSIGNMENT_IN_PROGRESS = (60, 409, False)
     NON_EMPTY_GROUP = (68, 409, False)
     GROUP_ID_NOT_FOUND = (69, 404, False)
+    MEMBER_ID_REQUIRED = (79, 409, False)
     NO_REASSIGNMENT_IN_PROGRESS = (85, 409, False)
+    GROUP_SUBSCRIBED_TO_TOPIC = (86, 409, False)
     UNSUPPORTED_COMPRESSION_TYPE = (76, 400, False)
     UNSTABLE_OFFSET_COMMIT = (88, 503, True)
     THROTTLING_QUOTA_EXCEEDED = (89, 429, True)
@@ -225,6 +230,19 @@ MAX_INT32 = 2**31 - 1
 class ControlType(enum.IntEnum):
     COMMIT = 0
     ABORT = 1
+
+
+class BatchFormat(enum.Enum):
+    """How a batch's bytes are laid out.
+
+    ``TXBROKER``: this module's batch (the HTTP doors and every Python client).
+    ``KAFKA``: Kafka's RecordBatch v2 exactly as a Kafka producer sent it
+    (``storage.kafka_batch``; only the broker handles these). Either way a
+    ``BatchHeader`` reads the same.
+    """
+
+    TXBROKER = "txbroker"
+    KAFKA = "kafka"
 
 
 @dataclass(frozen=True, slots=True)
@@ -489,12 +507,17 @@ def decode_token(text: str, what: str) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class ProducePartition:
-    """``txn_token``: a carried marker's token for a transactional batch (docs/carried-markers.md)."""
+    """``txn_token``: a carried marker's token for a transactional batch (docs/carried-markers.md).
+
+    ``format``: the layout of ``batch``. The binary produce form carries txbroker batches only; a
+    Kafka-format batch comes from the broker's Kafka listener.
+    """
 
     topic: str
     partition: int
     batch: bytes
     txn_token: bytes | None = None
+    format: BatchFormat = BatchFormat.TXBROKER
 
 
 @dataclass(frozen=True, slots=True)
@@ -518,6 +541,8 @@ def encode_produce_request(req: ProduceRequest) -> bytes:
         out.append(tid)
     out.append(_I32.pack(len(req.partitions)))
     for p in req.partitions:
+        if p.format is not BatchFormat.TXBROKER:
+            raise ValueError(f"the binary produce form carries txbroker batches, not {p.format.value} ones")
         tb = p.topic.encode("utf-8")
         out.append(_I16.pack(len(tb)))
         out.append(tb)
@@ -585,12 +610,17 @@ def decode_produce_request(data: bytes) -> ProduceRequest:
 
 @dataclass(frozen=True, slots=True)
 class StoredBatch:
-    """A batch as the log holds it: the producer's bytes plus what the leader assigned."""
+    """A batch as the log holds it: the producer's bytes plus what the leader assigned.
+
+    ``format`` says how ``data`` is laid out; ``header`` reads the same for both (``BatchFormat``).
+    A fetch response of the binary form carries txbroker batches only.
+    """
 
     base_offset: int
     log_append_time: int
     data: bytes
     header: BatchHeader = field(compare=False)
+    format: BatchFormat = BatchFormat.TXBROKER
 
     @property
     def last_offset(self) -> int:

@@ -2,9 +2,9 @@
 
 * ``group list`` prints each group id (``--state``: a GROUP STATE MEMBERS table; ``--json``: the raw list).
 * ``group describe G`` prints kafka-consumer-groups.sh's offsets table (GROUP TOPIC PARTITION
-  CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID; HOST and CLIENT-ID are ``-``: members are
-  known by id only); ``--members`` the members and their assignments, ``--state`` the group's state and
-  coordinator. An unknown group (``Dead``) is an error (exit 1).
+  CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID; HOST and CLIENT-ID are those of Kafka
+  clients' members, ``-`` for HTTP members, which are known by id only); ``--members`` the members and
+  their assignments, ``--state`` the group's state and coordinator. An unknown group (``Dead``) is an error (exit 1).
 * ``group delete G [G ...]`` deletes empty groups with their committed offsets (exit 1 if any failed).
 * ``group reset-offsets G --topic T --to-earliest|--to-latest|--to-offset N|--to-datetime ISO
   [--partitions 0,1] [--execute]``: a dry run unless ``--execute`` (kafka-consumer-groups.sh's flags;
@@ -95,7 +95,8 @@ def _members_view(d: dict[str, Any], verbose: bool) -> str:
     headers = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"] + (["ASSIGNMENT"] if verbose else [])
     rows = []
     for m in d["members"]:
-        row: list[Any] = [d["group_id"], m["member_id"], None, None, len(m["assignment"])]
+        row: list[Any] = [d["group_id"], m["member_id"], m.get("client_host"), m.get("client_id"),
+                          len(m["assignment"])]  # fmt: skip
         if verbose:
             parts = ",".join(f"{a['topic']}:{a['partition']}" for a in m["assignment"])
             row.append(parts or None)
@@ -112,9 +113,11 @@ def _state_view(d: dict[str, Any]) -> str:
 
 
 def _offsets_view(d: dict[str, Any]) -> str:
+    members = {m["member_id"]: m for m in d["members"]}
     rows = [
         (d["group_id"], o["topic"], o["partition"], None if o["offset"] < 0 else o["offset"],
-         o.get("log_end_offset"), o.get("lag"), o.get("member_id"), None, None)
+         o.get("log_end_offset"), o.get("lag"), o.get("member_id"),
+         members.get(o.get("member_id"), {}).get("client_host"), members.get(o.get("member_id"), {}).get("client_id"))
         for o in d["offsets"]
     ]  # fmt: skip
     headers = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",

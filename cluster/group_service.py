@@ -12,9 +12,13 @@ Live membership (``coordinator.group_membership``) exists only on the leader,
 in memory: joins long-poll until their rebalance completes, heartbeats and
 session timers run here, and the outcome of each rebalance is replicated
 (``StoreGroup``) before any member hears of it, so the generation a member
-holds is always durable. A new leader rebuilds membership from the stored
-generation and restarts the session timers; a lost leadership fails every
-waiting join with ``NOT_COORDINATOR``.
+holds is always durable. For a group whose leader member assigns (Kafka
+clients) the leader's SyncGroup assignment is replicated too
+(``StoreAssignment``) before any member's SyncGroup is answered; followers'
+syncs wait for it. A new leader rebuilds membership from the stored
+generation (``Stable``, or ``CompletingRebalance`` while the assignment is
+still to come) and restarts the session timers; a lost leadership fails every
+waiting join and sync with ``NOT_COORDINATOR``.
 
 Transactions (KIP-98/447/890): AddOffsetsToTxn adds ``__consumer_offsets-p``
 to the producer's transaction; a TxnOffsetCommit is checked against the live
@@ -35,25 +39,36 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Collection
+from dataclasses import replace
 from typing import Any
 
 from clients.protocol import BrokerError, ControlType, ErrorCode
-from coordinator.group_admin import LogOffsets, ResetTo, offset_rows, reset_rows
+from coordinator.group_admin import LogOffsets, ResetTo, reset_rows
 from coordinator.group_commands import (
     DEFAULT_PRODUCER_EXPIRATION_MS,
     CommitOffsets,
     DeleteGroup,
+    DeleteOffsets,
     ExpireProducers,
     GroupsCommand,
     OffsetCommit,
+    StoreAssignment,
     StoreGroup,
     TxnCommitOffsets,
     WriteTxnMarker,
     encode_group_command,
 )
-from coordinator.group_membership import GroupMembership, JoinAnswer, RebalancePlan
+from coordinator.group_membership import (
+    AssignmentPlan,
+    ClientProtocols,
+    GroupMembership,
+    JoinAnswer,
+    KafkaMember,
+    RebalancePlan,
+    SyncAnswer,
+)
 from coordinator.group_metadata import NO_GENERATION, OFFSETS_TOPIC, CommittedOffset
-from coordinator.group_rules import GroupDeleted, GroupStored, OffsetsCommitted
+from coordinator.group_rules import GroupDeleted, GroupStored, OffsetsCommitted, OffsetsDeleted
 from coordinator.group_state_machine import GroupStateMachine
 from coordinator.group_states import GroupState
 from coordinator.metadata import TopicPartition
@@ -64,19 +79,19 @@ from storage.store import NodeStore
 
 from .config import NodeConfig
 from .controller_view import ControllerView
+from .group_views import GroupViews
+from .group_waiters import MemberWaiters, track_task
 from .internal_groups import InternalGroups, InternalPartition
-from .metrics import CoordinatorKind, GroupCoordinatorSample, GroupSample, NodeMetrics
+from .metrics import CoordinatorKind, GroupCoordinatorSample, NodeMetrics
 from .offset_lookup import OffsetLookup
 from .peers import PeerView
 from .seams import Clock, NodeDirectory, PeerClient, TopicDirectory, TransactionPartitions
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OFFSETS_TOPIC", "GroupService", "answer_json", "offsets_storage_prefix"]
+__all__ = ["OFFSETS_TOPIC", "GroupService", "offsets_storage_prefix"]
 
 GroupPartition = InternalPartition[GroupStateMachine]
-#: Kafka's DescribeGroups state for a group the coordinator does not know.
-DEAD = "Dead"
 _MAX_TIMER_WAIT_S = 1.0  # subscribed-topic changes are noticed within this
 _PRODUCER_SCAN_S = 60.0
 _JOIN_GRACE_S = 5.0
@@ -89,18 +104,6 @@ def offsets_storage_prefix(partition: int) -> bytes:
 
 def _offset_json(c: CommittedOffset) -> dict[str, Any]:
     return {"topic": c.topic, "partition": c.partition, "offset": c.offset, "metadata": c.metadata}
-
-
-def answer_json(a: JoinAnswer) -> dict[str, Any]:
-    return {
-        "group_id": a.group_id,
-        "generation_id": a.generation_id,
-        "member_id": a.member_id,
-        "leader_id": a.leader_id,
-        "protocol": a.protocol,
-        "assignment": [{"topic": tp.topic, "partition": tp.partition} for tp in a.assignment],
-        "members": list(a.members),
-    }
 
 
 class GroupService:
@@ -138,9 +141,12 @@ class GroupService:
         )  # fmt: skip
         # partition -> group -> live membership, for the partitions this node leads (loaded in that term)
         self._live: dict[int, dict[str, GroupMembership]] = {}
+        self.views = GroupViews(config.node_id, config.metrics_max_lag_series, topics, self._live)
         self._loaded_term: dict[int, int] = {}
-        self._waiters: dict[tuple[str, str], asyncio.Future[JoinAnswer]] = {}
+        self._joins: MemberWaiters[JoinAnswer] = MemberWaiters("rebalance")
+        self._syncs: MemberWaiters[SyncAnswer] = MemberWaiters("leader's assignment")
         self._completions: dict[str, asyncio.Task[None]] = {}
+        self._assignments: dict[str, asyncio.Task[None]] = {}  # leaders' SyncGroup assignments being stored
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
@@ -158,7 +164,7 @@ class GroupService:
 
     async def close(self) -> None:
         self._closing = True
-        tasks = [*self._tasks, *self._completions.values()]
+        tasks = [*self._tasks, *self._completions.values(), *self._assignments.values()]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -248,7 +254,32 @@ class GroupService:
     def _partition_counts(self) -> dict[str, int]:
         return self._topics.partition_counts()
 
+    def _settle_syncs(self, group_id: str, m: GroupMembership) -> None:
+        """Waiting syncs fail once their group is no longer waiting for its leader's assignment."""
+        if m.state is not GroupState.COMPLETING_REBALANCE or m.completing is not None:
+            self._syncs.fail_group(
+                group_id, BrokerError(ErrorCode.REBALANCE_IN_PROGRESS, f"{group_id!r} is rebalancing: rejoin")
+            )
+
     # ---- membership ----------------------------------------------------------------------------
+
+    def _check_session_timeout(self, session_timeout_ms: int) -> None:
+        cfg = self.config
+        if not cfg.group_min_session_timeout_ms <= session_timeout_ms <= cfg.group_max_session_timeout_ms:
+            raise BrokerError(
+                ErrorCode.INVALID_SESSION_TIMEOUT,
+                f"session_timeout_ms must be between {cfg.group_min_session_timeout_ms} "
+                f"and {cfg.group_max_session_timeout_ms}",
+            )
+
+    def new_member_id(self, group_id: str, client_id: str, session_timeout_ms: int) -> str:
+        """KIP-394: a member id for a Kafka client's first JoinGroup (answered MEMBER_ID_REQUIRED with it)."""
+        self._check_session_timeout(session_timeout_ms)
+        part = self.leading(group_id)
+        mid = f"{client_id}-{uuid.uuid4()}"
+        self._membership(part, group_id).add_pending(mid, session_timeout_ms, self._clock.now_ms())
+        self._wake.set()
+        return mid
 
     async def join(
         self,
@@ -258,41 +289,91 @@ class GroupService:
         protocol: str,
         session_timeout_ms: int,
         rebalance_timeout_ms: int,
+        client: ClientProtocols | None = None,
     ) -> JoinAnswer:
-        """JoinGroup: answers when the member's rebalance completes (or at once for a retried join)."""
-        cfg = self.config
-        if not cfg.group_min_session_timeout_ms <= session_timeout_ms <= cfg.group_max_session_timeout_ms:
-            raise BrokerError(
-                ErrorCode.INVALID_SESSION_TIMEOUT,
-                f"session_timeout_ms must be between {cfg.group_min_session_timeout_ms} "
-                f"and {cfg.group_max_session_timeout_ms}",
-            )
+        """JoinGroup: answers when the member's rebalance completes (or at once for a retried join).
+
+        ``client``: a Kafka member (the group's leader member assigns; ``coordinator.group_membership``).
+        """
+        self._check_session_timeout(session_timeout_ms)
         part = self.leading(group_id)
-        m = self._membership(part, group_id, member_id)
-        mid = member_id or str(uuid.uuid4())
+        m = self._membership(part, group_id, member_id)  # a KIP-394 pending id lives in the live membership
+        mid = member_id or (f"{client.client_id}-{uuid.uuid4()}" if client is not None else str(uuid.uuid4()))
         outcome = m.join(
             mid, new=not member_id, topics=topics, protocol=protocol, session_timeout_ms=session_timeout_ms,
-            rebalance_timeout_ms=rebalance_timeout_ms, now_ms=self._clock.now_ms(),
+            rebalance_timeout_ms=rebalance_timeout_ms, now_ms=self._clock.now_ms(), client=client,
         )  # fmt: skip
+        if client is not None and client.group_instance_id:  # a replaced static member's requests end
+            replaced = BrokerError(ErrorCode.UNKNOWN_MEMBER_ID, "replaced by a new member of its group.instance.id")
+            self._joins.fail_absent(group_id, m.members, replaced)
+            self._syncs.fail_absent(group_id, m.members, replaced)
+        self._settle_syncs(group_id, m)
         if isinstance(outcome, BrokerError):
             raise outcome
         if outcome is not None:
             return outcome
-        key = (group_id, mid)
-        old = self._waiters.pop(key, None)
-        if old is not None and not old.done():
-            old.set_exception(BrokerError(ErrorCode.REBALANCE_IN_PROGRESS, "superseded by a newer join"))
-        fut: asyncio.Future[JoinAnswer] = asyncio.get_running_loop().create_future()
-        self._waiters[key] = fut
+        fut = self._joins.add(group_id, mid)
         self._wake.set()
-        wait_s = (rebalance_timeout_ms + cfg.group_initial_rebalance_delay_ms) / 1000 + _JOIN_GRACE_S
+        wait_s = (rebalance_timeout_ms + self.config.group_initial_rebalance_delay_ms) / 1000 + _JOIN_GRACE_S
+        return await self._joins.wait(group_id, mid, fut, wait_s)
+
+    async def sync(
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        assignments: tuple[tuple[str, bytes], ...],
+        protocol_type: str | None = None,
+        protocol: str | None = None,
+    ) -> SyncAnswer:
+        """SyncGroup: the member's assignment; the leader's carries everyone's, stored before anyone is answered."""
+        part = self.leading(group_id)
+        m = self._membership(part, group_id, member_id)
+        mismatch = (protocol_type is not None and protocol_type != m.protocol_type) or (
+            protocol is not None and protocol != m.protocol
+        )
+        if mismatch and member_id in m.members and generation_id == m.generation_id:  # Kafka checks identity first
+            raise BrokerError(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                f"the group's protocol is {m.protocol_type!r}/{m.protocol!r}, not {protocol_type!r}/{protocol!r}",
+            )
+        outcome = m.sync(member_id, generation_id, assignments, self._clock.now_ms())
+        if isinstance(outcome, BrokerError):
+            raise outcome
+        if isinstance(outcome, SyncAnswer):
+            return outcome
+        fut = self._syncs.add(group_id, member_id)
+        if isinstance(outcome, AssignmentPlan):
+            track_task(self._assignments, group_id, self._store_assignment(part, group_id, m, outcome))
+        live = m.members.get(member_id)
+        wait_s = (live.meta.rebalance_timeout_ms if live is not None else 0) / 1000 + _JOIN_GRACE_S
+        return await self._syncs.wait(group_id, member_id, fut, wait_s)
+
+    async def _store_assignment(self, part: GroupPartition, group_id: str, m: GroupMembership,
+                                plan: AssignmentPlan) -> None:  # fmt: skip
+        """Replicate the leader's assignment, then answer every waiting sync of the generation."""
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), wait_s)
-        except TimeoutError as exc:
-            raise BrokerError(ErrorCode.REBALANCE_IN_PROGRESS, "the rebalance did not complete in time") from exc
-        finally:
-            if self._waiters.get(key) is fut:
-                del self._waiters[key]
+            result = await self._submit(
+                part,
+                lambda now, cepoch: StoreAssignment(
+                    group_id=group_id, generation_id=plan.generation_id, assignments=plan.assignments,
+                    now_ms=now, coordinator_epoch=cepoch,
+                ),
+            )  # fmt: skip
+        except BrokerError as exc:
+            if self._live.get(part.partition, {}).get(group_id) is m:
+                log.warning("group %s: assignment not stored (%s); members must rejoin", group_id, exc)
+                m.assignment_failed(self._clock.now_ms())
+                self._syncs.fail_group(group_id, exc)
+                self._wake.set()
+            return
+        if self._live.get(part.partition, {}).get(group_id) is not m:
+            return  # leadership moved meanwhile; the waiters were failed then
+        assert isinstance(result, GroupStored), result
+        for answer in m.assignment_stored(result.metadata):
+            self._syncs.resolve(group_id, answer.member_id, answer)
+        self._settle_syncs(group_id, m)
+        log.info("group %s: generation %d assigned by its leader", group_id, result.metadata.generation_id)
 
     def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> None:
         part = self.leading(group_id)
@@ -302,19 +383,19 @@ class GroupService:
 
     def leave(self, group_id: str, member_id: str) -> None:
         part = self.leading(group_id)
-        err = self._membership(part, group_id, member_id).leave(member_id, self._clock.now_ms())
+        m = self._membership(part, group_id, member_id)
+        err = m.leave(member_id, self._clock.now_ms())
         if err is not None:
             raise err
-        fut = self._waiters.pop((group_id, member_id), None)
-        if fut is not None and not fut.done():
-            fut.set_exception(BrokerError(ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} left the group"))
+        left = BrokerError(ErrorCode.UNKNOWN_MEMBER_ID, f"{member_id!r} left the group")
+        self._joins.fail(group_id, member_id, left)
+        self._syncs.fail(group_id, member_id, left)
+        self._settle_syncs(group_id, m)
         self._wake.set()
 
     def _fail_waiters(self, group_id: str, error: BrokerError) -> None:
-        for key in [k for k in self._waiters if k[0] == group_id]:
-            fut = self._waiters.pop(key)
-            if not fut.done():
-                fut.set_exception(error)
+        self._joins.fail_group(group_id, error)
+        self._syncs.fail_group(group_id, error)
 
     async def _run_timers(self) -> None:
         """Session expiry, rebalance deadlines and subscribed-topic changes, for every led group."""
@@ -346,22 +427,15 @@ class GroupService:
             for group_id, m in list(groups.items()):
                 for mid in m.tick(now, counts):
                     log.info("group %s: member %s expired (no heartbeat within its session timeout)", group_id, mid)
+                    self._syncs.fail(group_id, mid, BrokerError(ErrorCode.UNKNOWN_MEMBER_ID, f"{mid!r} expired"))
+                self._settle_syncs(group_id, m)
                 if m.ready(now) and group_id not in self._completions:
                     plan = m.begin_completion(now, counts)
                     for mid in plan.removed:
                         log.info("group %s: member %s removed (did not rejoin in the rebalance timeout)", group_id, mid)
-                    task = asyncio.get_running_loop().create_task(self._complete(part, group_id, m, plan))
-                    self._completions[group_id] = task
-                    task.add_done_callback(self._completion_done(group_id))
-                elif m.state is GroupState.EMPTY and not m.members and m.completing is None:
+                    track_task(self._completions, group_id, self._complete(part, group_id, m, plan))
+                elif m.idle and group_id not in self._assignments:
                     del groups[group_id]  # nothing live left; the stored metadata is the whole state
-
-    def _completion_done(self, group_id: str) -> Callable[[asyncio.Task[None]], None]:
-        def done(task: asyncio.Task[None]) -> None:
-            if self._completions.get(group_id) is task:
-                del self._completions[group_id]
-
-        return done
 
     async def _complete(self, part: GroupPartition, group_id: str, m: GroupMembership, plan: RebalancePlan) -> None:
         """Replicate a rebalance's plan, then form the generation and answer the waiting joins."""
@@ -370,7 +444,8 @@ class GroupService:
                 part,
                 lambda now, cepoch: StoreGroup(
                     group_id=group_id, protocol=plan.protocol, leader_id=plan.leader_id, members=plan.members,
-                    topic_partitions=plan.topic_partitions, now_ms=now, coordinator_epoch=cepoch,
+                    topic_partitions=plan.topic_partitions, protocol_type=plan.protocol_type, now_ms=now,
+                    coordinator_epoch=cepoch,
                 ),
             )  # fmt: skip
         except BrokerError as exc:
@@ -383,9 +458,8 @@ class GroupService:
             return  # leadership moved meanwhile; the waiters were failed then
         assert isinstance(result, GroupStored), result
         for answer in m.complete(result.metadata, self._clock.now_ms()):
-            fut = self._waiters.get((group_id, answer.member_id))
-            if fut is not None and not fut.done():
-                fut.set_result(answer)
+            self._joins.resolve(group_id, answer.member_id, answer)
+        self._settle_syncs(group_id, m)
         self._metrics.group_rebalanced(group_id)
         log.info(
             "group %s: generation %d with %d member(s)", group_id, result.metadata.generation_id,
@@ -556,6 +630,17 @@ class GroupService:
 
     # ---- administration: DeleteGroups and offset resets (kafka-consumer-groups.sh) ----------------
 
+    async def _settle_empty(self, part: GroupPartition, group_id: str) -> None:
+        """The last member just left: store the memberless generation first (a Kafka admin deletes a group
+        right after its consumers close; Kafka's group is Empty as soon as the last member leaves)."""
+        m = self._live.get(part.partition, {}).get(group_id)
+        if m is None or m.members or (m.state is not GroupState.PREPARING_REBALANCE and m.completing is None):
+            return
+        self._tick()
+        task = self._completions.get(group_id)
+        if task is not None:
+            await asyncio.wait({task}, timeout=self.config.request_timeout_ms / 1000)
+
     def _require_inactive(self, part: GroupPartition, group_id: str, why: str) -> None:
         """``NON_EMPTY_GROUP`` while the group has members or a rebalance is under way (live or stored)."""
         m = self._live.get(part.partition, {}).get(group_id)
@@ -573,6 +658,7 @@ class GroupService:
     async def delete_group(self, group_id: str) -> dict[str, Any]:
         """DeleteGroups: an empty group's metadata and committed offsets go (``group_rules.delete_group``)."""
         part = self.leading(group_id)
+        await self._settle_empty(part, group_id)
         self._require_inactive(part, group_id, "A group can only be deleted")
         result = await self._submit(
             part, lambda now, cepoch: DeleteGroup(group_id=group_id, now_ms=now, coordinator_epoch=cepoch)
@@ -585,6 +671,21 @@ class GroupService:
         log.info("group %s deleted with %d committed offset(s)", group_id, result.offsets)
         return {"group_id": group_id, "deleted": True, "offsets_deleted": result.offsets}
 
+    async def delete_offsets(self, group_id: str, partitions: Collection[TopicPartition]) -> OffsetsDeleted:
+        """OffsetDelete: the partitions' committed offsets go, except those of topics a member subscribes to
+        (live members too, ahead of the stored generation; ``OffsetsDeleted.subscribed``)."""
+        part = self.leading(group_id)
+        m = self._live.get(part.partition, {}).get(group_id)
+        live = {t for mm in m.members.values() for t in mm.meta.topics} if m is not None else set()
+        named = tuple(sorted((tp.topic, tp.partition) for tp in set(partitions) if tp.topic not in live))
+        subscribed = {tp for tp in partitions if tp.topic in live}
+        result = OffsetsDeleted(group_id, 0, ())
+        if named or m is None:
+            result = await self._submit(part, lambda now, cepoch: DeleteOffsets(
+                group_id=group_id, partitions=named, now_ms=now, coordinator_epoch=cepoch))  # fmt: skip
+            assert isinstance(result, OffsetsDeleted), result
+        return replace(result, subscribed=tuple(sorted(subscribed | set(result.subscribed))))
+
     async def reset_offsets(
         self, group_id: str, topic: str, partitions: Collection[int] | None, to: ResetTo, *, execute: bool
     ) -> dict[str, Any]:
@@ -596,6 +697,7 @@ class GroupService:
         """
         why = "Assignments can only be reset"
         part = self.leading(group_id)
+        await self._settle_empty(part, group_id)
         self._require_inactive(part, group_id, why)
         count = len(self._topics.topic(topic).partitions)
         chosen = sorted(set(partitions)) if partitions is not None else list(range(count))
@@ -631,81 +733,25 @@ class GroupService:
             log.info("group %s: offsets of %s reset to %s on %d partition(s)", group_id, topic, to.to_json(), len(rows))
         return {"group_id": group_id, "topic": topic, "dry_run": not execute, "to": to.to_json(), "offsets": rows}
 
-    # ---- reads --------------------------------------------------------------------------------------
-
-    def _high_watermark(self, topic: str, partition: int) -> int | None:
-        try:
-            meta = self._topics.topic(topic)
-        except BrokerError:
-            return None
-        if not 0 <= partition < len(meta.partitions):
-            return None
-        hw = self._topics.high_watermark(meta, partition)
-        return hw if hw >= 0 else None
-
-    def _summary(self, part: GroupPartition, group_id: str) -> dict[str, Any]:
-        m = self._live.get(part.partition, {}).get(group_id)
-        meta = part.sm.group(group_id)
-        if m is None and meta is not None:
-            m = GroupMembership.from_metadata(meta, 0)
-        if m is not None:
-            d = m.describe()
-        else:
-            known = part.sm.committed_offsets(group_id) or part.sm.pending_offsets(group_id)
-            d = {"group_id": group_id, "state": GroupState.EMPTY.display_name if known else DEAD,
-                 "generation_id": 0, "protocol": None, "leader_id": None, "members": []}  # fmt: skip
-        d["coordinator"] = self.config.node_id
-        d["partition"] = part.partition
-        return d
+    # ---- reads (``GroupViews``) ------------------------------------------------------------------
 
     def describe(self, group_id: str) -> dict[str, Any]:
-        """DescribeGroups plus offsets: state, generation, members with assignments, and per partition
-        (committed or assigned) the committed offset, the log end offset and the lag (``group_admin``).
+        """DescribeGroups plus offsets (``GroupViews.describe``); ``Dead`` for a group the coordinator does not know."""
+        return self.views.describe(self.leading(group_id), group_id)
 
-        A group the coordinator does not know is ``Dead`` with no members, as Kafka's DescribeGroups answers.
-        """
-        part = self.leading(group_id)
-        d = self._summary(part, group_id)
-        assigned = {
-            TopicPartition(a["topic"], a["partition"]): m["member_id"] for m in d["members"] for a in m["assignment"]
-        }
-        d["offsets"] = offset_rows(part.sm.committed_offsets(group_id), assigned, self._high_watermark)
-        d["pending_offsets"] = part.sm.describe_pending(group_id)
-        return d
+    def kafka_group(self, group_id: str) -> tuple[dict[str, Any], list[KafkaMember]]:
+        """Kafka's DescribeGroups: the group's summary and its members as Kafka shows them."""
+        return self.views.kafka_group(self.leading(group_id), group_id)
 
     def local_groups(self) -> list[dict[str, Any]]:
         """Groups of the partitions this node leads (each group is listed by exactly one node)."""
         out = []
         for part in self.groups.local.values():
-            if not part.group.is_leader():
-                continue
-            self._ensure_loaded(part)
-            names = set(part.sm.group_ids()) | set(self._live.get(part.partition, {}))
-            for group_id in sorted(names):
-                d = self._summary(part, group_id)
-                out.append({k: d[k] for k in ("group_id", "state", "generation_id", "protocol", "coordinator")}
-                           | {"members": len(d["members"])})  # fmt: skip
+            if part.group.is_leader():
+                self._ensure_loaded(part)
+                out.extend(self.views.listing(part))
         return out
 
     def sample(self) -> GroupCoordinatorSample:
-        """Members, committed offsets and lag of the groups this node coordinates (scrape time).
-
-        Per-partition series (committed offset, lag) stop at ``metrics_max_lag_series`` for the whole
-        node, in (group, topic, partition) order; the per-group and per-topic sums always cover everything.
-        """
         led = sorted((p for p in self.groups.local.values() if p.group.is_leader()), key=lambda p: p.partition)
-        named = []
-        for part in led:
-            live = self._live.get(part.partition, {})
-            for group_id in part.sm.group_ids():
-                named.append((group_id, part, live.get(group_id)))
-        budget = self.config.metrics_max_lag_series
-        samples = []
-        for group_id, part, m in sorted(named, key=lambda x: x[0]):
-            meta = part.sm.group(group_id)
-            members = len(m.members) if m is not None else len(meta.members) if meta is not None else 0
-            committed = {(c.topic, c.partition): c.offset for c in part.sm.committed_offsets(group_id).values()}
-            sample = GroupSample.from_offsets(group_id, members, committed, self._high_watermark, max_series=budget)
-            budget -= sample.series
-            samples.append(sample)
-        return GroupCoordinatorSample(coordinator_partitions=len(led), groups=samples)
+        return self.views.sample(led)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clients.protocol import (
+    BatchFormat,
     BatchHeader,
     BrokerError,
     ControlType,
@@ -46,6 +47,7 @@ from storage.commands import (
     encode_revoke_marker,
     encode_txn_marker,
 )
+from storage.kafka_batch import parse_kafka_batch
 
 from .config import NodeConfig
 from .controller_service import ControllerService
@@ -259,7 +261,7 @@ class PartitionService:
             raise BrokerError(
                 ErrorCode.MESSAGE_TOO_LARGE, f"batch of {len(p.batch)} bytes exceeds max.message.bytes={max_bytes}"
             )
-        header = parse_batch(p.batch)
+        header = parse_kafka_batch(p.batch) if p.format is BatchFormat.KAFKA else parse_batch(p.batch)
         if header.is_control:
             raise BrokerError(ErrorCode.INVALID_REQUEST, "clients may not write control batches")
         pre = rep.log.check_append(header)
@@ -281,6 +283,8 @@ class PartitionService:
             raise BrokerError(ErrorCode.INVALID_REQUEST, "a transactional batch needs the transactional_id")
         if acks == 0:
             raise BrokerError(ErrorCode.INVALID_REQUIRED_ACKS, "transactional writes need acks=all")
+        if p.txn_token is not None and p.format is not BatchFormat.TXBROKER:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "a transaction token travels with txbroker batches only")
         if p.txn_token is not None:
             # Carried marker: the token proves the partition is reserved for this transaction and
             # carries the previous one's marker; apply writes both (docs/carried-markers.md).
@@ -304,7 +308,7 @@ class PartitionService:
     def _append_command(self, p: ProducePartition, header: BatchHeader, carried: CarriedMarker | None) -> bytes:
         now = self._clock.now_ms()
         if carried is None:
-            return encode_append(p.batch, now)
+            return encode_append(p.batch, now, p.format)
         marker = TxnMarkerCommand(
             header.producer_id, header.producer_epoch, carried.coordinator_epoch, carried.control_type, now
         )
@@ -375,7 +379,12 @@ class PartitionService:
         # One receipt per partition per transaction is all the coordinator needs: the first batch of an epoch
         # here (sequence 0; TV2 starts every transaction at a new epoch), duplicates included, so a lost answer
         # is made good by the resend. Signing every answer would cost an HMAC per request for nothing.
-        if transactional_id is None or not self.config.txn_carried_markers or header.base_sequence != 0:
+        if (
+            transactional_id is None
+            or not self.config.txn_carried_markers
+            or header.base_sequence != 0
+            or p.format is not BatchFormat.TXBROKER  # tokens travel with txbroker batches only
+        ):
             return None
         return self._tokens.receipt(transactional_id, header.producer_id, header.producer_epoch, p.topic, p.partition)
 

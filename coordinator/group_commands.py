@@ -24,15 +24,19 @@ from coordinator.group_metadata import (
     counts_from_json,
     member_from_json,
     member_json,
+    named_bytes_from_json,
+    named_bytes_json,
 )
 
 __all__ = [
     "DEFAULT_PRODUCER_EXPIRATION_MS",
     "CommitOffsets",
     "DeleteGroup",
+    "DeleteOffsets",
     "ExpireProducers",
     "GroupsCommand",
     "OffsetCommit",
+    "StoreAssignment",
     "StoreGroup",
     "TxnCommitOffsets",
     "WriteTxnMarker",
@@ -111,6 +115,23 @@ class StoreGroup(_Stamped):
     leader_id: str | None
     members: tuple[MemberMetadata, ...]
     topic_partitions: tuple[tuple[str, int], ...]
+    #: None: the coordinator computed the assignment; else the Kafka protocol type of a group whose
+    #: leader member assigns (stored ``awaiting_sync`` until ``StoreAssignment``)
+    protocol_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreAssignment(_Stamped):
+    """SyncGroup: the leader's assignment of generation ``generation_id`` (opaque bytes per member).
+
+    Apply checks the stored generation is that one and still awaits its assignment; members the
+    leader left out get an empty assignment, as Kafka does.
+    """
+
+    OP: ClassVar[str] = "store_assignment"
+    group_id: str
+    generation_id: int
+    assignments: tuple[tuple[str, bytes], ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,11 +150,34 @@ class DeleteGroup(_Stamped):
     group_id: str
 
 
-GroupsCommand = CommitOffsets | TxnCommitOffsets | WriteTxnMarker | StoreGroup | ExpireProducers | DeleteGroup
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteOffsets(_Stamped):
+    """OffsetDelete: remove a group's committed offsets of ``partitions`` ([topic, partition]) except those
+    of topics its members subscribe to (``group_rules.delete_offsets``)."""
+
+    OP: ClassVar[str] = "delete_offsets"
+    group_id: str
+    partitions: tuple[tuple[str, int], ...]
+
+
+GroupsCommand = (
+    CommitOffsets
+    | TxnCommitOffsets
+    | WriteTxnMarker
+    | StoreGroup
+    | StoreAssignment
+    | ExpireProducers
+    | DeleteGroup
+    | DeleteOffsets
+)
 
 _COMMANDS: Mapping[str, type[GroupsCommand]] = {
-    cls.OP: cls for cls in (CommitOffsets, TxnCommitOffsets, WriteTxnMarker, StoreGroup, ExpireProducers, DeleteGroup)
-}
+    cls.OP: cls
+    for cls in (
+        CommitOffsets, TxnCommitOffsets, WriteTxnMarker, StoreGroup, StoreAssignment, ExpireProducers, DeleteGroup,
+        DeleteOffsets,
+    )
+}  # fmt: skip
 
 
 def _list(d: Mapping[str, Any], key: str) -> list[Any]:
@@ -170,6 +214,7 @@ _CODECS: Mapping[str, tuple[Callable[[Any], Any], Callable[[Mapping[str, Any], s
     "tuple[OffsetCommit, ...]": (lambda v: [[o.topic, o.partition, o.offset, o.metadata] for o in v], _offsets),
     "tuple[MemberMetadata, ...]": (lambda v: [member_json(m) for m in v], _members),
     "tuple[tuple[str, int], ...]": (lambda v: [[t, n] for t, n in v], _counts),
+    "tuple[tuple[str, bytes], ...]": (named_bytes_json, lambda d, key: named_bytes_from_json(d.get(key), key)),
 }
 
 

@@ -26,11 +26,13 @@ Values are immutable; each encodes to a checksummed, versioned JSON record
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from coordinator.codec import decode_record, encode_record, get_int, get_opt_int, get_opt_str, get_str
+from coordinator.codec import decode_record, encode_record, get_bool, get_int, get_opt_int, get_opt_str, get_str
 from coordinator.errors import CommandDecodeError, CoordinatorCorruptionError
 from coordinator.metadata import TopicPartition
 
@@ -42,6 +44,7 @@ __all__ = [
     "MemberMetadata",
     "PendingOffsets",
     "ProducerFence",
+    "b64",
     "counts_from_json",
     "decode_committed",
     "decode_group",
@@ -51,8 +54,11 @@ __all__ = [
     "encode_group",
     "encode_pending",
     "encode_producer",
+    "from_b64",
     "member_from_json",
     "member_json",
+    "named_bytes_from_json",
+    "named_bytes_json",
     "tps_from_json",
     "tps_json",
 ]
@@ -67,18 +73,42 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True, slots=True)
 class MemberMetadata:
+    """One member of a generation.
+
+    ``topics``/``assignment``: its subscription and its partitions (for a group whose members assign
+    on the client, what the consumer protocol bytes decode to; shown, never enforced). A member of a
+    Kafka group also has ``protocols`` (each protocol name it supports with its opaque metadata, in
+    its order of preference), ``assignment_data`` (the opaque assignment its leader sent), and what
+    Kafka's DescribeGroups shows: ``group_instance_id``, ``client_id``, ``client_host``.
+    """
+
     member_id: str
     topics: tuple[str, ...]
     protocol: str
     session_timeout_ms: int
     rebalance_timeout_ms: int
     assignment: tuple[TopicPartition, ...] = ()
+    protocols: tuple[tuple[str, bytes], ...] = ()
+    assignment_data: bytes = b""
+    group_instance_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+    def metadata_for(self, protocol: str | None) -> bytes:
+        """The metadata this member sent for ``protocol`` (empty if it did not name it)."""
+        return next((data for name, data in self.protocols if name == protocol), b"")
 
 
 @dataclass(frozen=True, slots=True)
 class GroupMetadata:
     """The last completed rebalance of a group. ``topic_partitions``: each subscribed topic's partition
-    count when the assignment was computed (a change triggers a new rebalance)."""
+    count when the assignment was computed (a change triggers a new rebalance).
+
+    ``protocol_type``: None for a group whose assignment the coordinator computes (HTTP members);
+    the Kafka protocol type (``"consumer"``) for a group whose leader member assigns. Such a
+    generation is stored twice: when its members are known (``awaiting_sync``: the leader's
+    assignment is still to come) and when the leader's SyncGroup brings the assignment.
+    """
 
     group_id: str
     generation_id: int
@@ -87,6 +117,12 @@ class GroupMetadata:
     members: tuple[MemberMetadata, ...]
     topic_partitions: tuple[tuple[str, int], ...]
     updated_ms: int
+    protocol_type: str | None = None
+    awaiting_sync: bool = False
+
+    @property
+    def client_assigned(self) -> bool:
+        return self.protocol_type is not None
 
     def member(self, member_id: str) -> MemberMetadata | None:
         for m in self.members:
@@ -160,8 +196,36 @@ def _str_list(raw: Any, what: str) -> tuple[str, ...]:
     return tuple(get_str({"s": s}, "s") for s in raw)
 
 
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def from_b64(raw: Any, what: str) -> bytes:
+    if not isinstance(raw, str):
+        raise CommandDecodeError(f"{what} must be a base64 string")
+    try:
+        return base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise CommandDecodeError(f"{what} is not base64") from exc
+
+
+def named_bytes_json(items: tuple[tuple[str, bytes], ...]) -> list[list[str]]:
+    return [[name, b64(data)] for name, data in items]
+
+
+def named_bytes_from_json(raw: Any, what: str) -> tuple[tuple[str, bytes], ...]:
+    if not isinstance(raw, list):
+        raise CommandDecodeError(f"{what} must be a list")
+    out = []
+    for item in raw:
+        if not (isinstance(item, list) and len(item) == 2):
+            raise CommandDecodeError(f"{what}: each entry is [name, base64 bytes]")
+        out.append((get_str({"n": item[0]}, "n"), from_b64(item[1], what)))
+    return tuple(out)
+
+
 def member_json(m: MemberMetadata) -> dict[str, Any]:
-    return {
+    d: dict[str, Any] = {
         "id": m.member_id,
         "topics": list(m.topics),
         "protocol": m.protocol,
@@ -169,11 +233,21 @@ def member_json(m: MemberMetadata) -> dict[str, Any]:
         "rebalance": m.rebalance_timeout_ms,
         "assignment": tps_json(m.assignment),
     }
+    if m.protocols:  # a Kafka member (client-side assignment)
+        d |= {
+            "protocols": named_bytes_json(m.protocols),
+            "assignment_data": b64(m.assignment_data),
+            "instance": m.group_instance_id,
+            "client_id": m.client_id,
+            "client_host": m.client_host,
+        }
+    return d
 
 
 def member_from_json(d: Any) -> MemberMetadata:
     if not isinstance(d, dict):
         raise CommandDecodeError("a member is an object")
+    kafka = "protocols" in d
     return MemberMetadata(
         member_id=get_str(d, "id"),
         topics=_str_list(d.get("topics"), "topics"),
@@ -181,6 +255,11 @@ def member_from_json(d: Any) -> MemberMetadata:
         session_timeout_ms=get_int(d, "session"),
         rebalance_timeout_ms=get_int(d, "rebalance"),
         assignment=tps_from_json(d.get("assignment"), "assignment"),
+        protocols=named_bytes_from_json(d["protocols"], "protocols") if kafka else (),
+        assignment_data=from_b64(d.get("assignment_data"), "assignment_data") if kafka else b"",
+        group_instance_id=get_opt_str(d, "instance") if kafka else None,
+        client_id=get_str(d, "client_id") if kafka else "",
+        client_host=get_str(d, "client_host") if kafka else "",
     )
 
 
@@ -216,7 +295,8 @@ def encode_group(g: GroupMetadata) -> bytes:
             "members": [member_json(m) for m in g.members],
             "topic_partitions": [[t, n] for t, n in g.topic_partitions],
             "updated": g.updated_ms,
-        },
+        }
+        | ({"protocol_type": g.protocol_type, "awaiting_sync": g.awaiting_sync} if g.client_assigned else {}),
         _VERSION,
     )
 
@@ -234,6 +314,8 @@ def decode_group(raw: bytes, *, where: str) -> GroupMetadata:
             members=tuple(member_from_json(m) for m in members),
             topic_partitions=counts_from_json(d.get("topic_partitions")),
             updated_ms=get_int(d, "updated"),
+            protocol_type=get_opt_str(d, "protocol_type"),
+            awaiting_sync=get_bool(d, "awaiting_sync") if d.get("protocol_type") is not None else False,
         )
 
     return _decoded(where, "group metadata", build, raw)

@@ -37,21 +37,33 @@ every committed offset, and only for an empty group: one that is unknown here
 generation has members is ``NON_EMPTY_GROUP``; one with transactional offsets
 still pending for a producer is ``CONCURRENT_TRANSACTIONS`` (retriable: the
 transaction's marker resolves them, then the delete succeeds), so a COMMIT
-marker can never bring offsets of a deleted group back.
+marker can never bring offsets of a deleted group back. Deleting some of a
+group's offsets (Kafka's OffsetDelete) removes the committed offsets of the
+named partitions, except those of topics a member of the stored generation
+subscribes to (refused per partition, Kafka's GROUP_SUBSCRIBED_TO_TOPIC); a
+group unknown here is ``GROUP_ID_NOT_FOUND``.
+
+A client-assigned group's generation is stored twice: ``store_group`` with
+its members (``awaiting_sync``), then ``store_assignment`` with the leader's
+assignment for that generation (else ``ILLEGAL_GENERATION``; a second one is
+``REBALANCE_IN_PROGRESS``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from clients.protocol import BrokerError, ErrorCode
+from coordinator.consumer_protocol import CONSUMER_PROTOCOL_TYPE, ConsumerProtocolError, decode_assignment
 from coordinator.group_commands import (
     CommitOffsets,
     DeleteGroup,
+    DeleteOffsets,
     ExpireProducers,
     OffsetCommit,
+    StoreAssignment,
     StoreGroup,
     TxnCommitOffsets,
     WriteTxnMarker,
@@ -73,12 +85,15 @@ __all__ = [
     "GroupsResult",
     "MarkerApplied",
     "OffsetsCommitted",
+    "OffsetsDeleted",
     "OffsetsView",
     "ProducersExpired",
     "commit_offsets",
     "delete_group",
+    "delete_offsets",
     "expire_producers",
     "marker_error",
+    "store_assignment",
     "store_group",
     "txn_commit_offsets",
     "validate_member",
@@ -128,7 +143,16 @@ class GroupDeleted:
     offsets: int  # committed offsets removed
 
 
-GroupsResult = OffsetsCommitted | MarkerApplied | GroupStored | ProducersExpired | GroupDeleted | BrokerError
+@dataclass(frozen=True, slots=True)
+class OffsetsDeleted:
+    group_id: str
+    deleted: int  # committed offsets removed
+    subscribed: tuple[TopicPartition, ...]  # refused: a member subscribes to their topic
+
+
+GroupsResult = (
+    OffsetsCommitted | MarkerApplied | GroupStored | ProducersExpired | GroupDeleted | OffsetsDeleted | BrokerError
+)
 
 
 @dataclass
@@ -264,8 +288,44 @@ def store_group(view: OffsetsView, cmd: StoreGroup) -> GroupsChange:
         members=cmd.members,
         topic_partitions=cmd.topic_partitions,
         updated_ms=cmd.now_ms,
+        protocol_type=cmd.protocol_type,
+        awaiting_sync=cmd.protocol_type is not None and bool(cmd.members),
     )
     return GroupsChange(GroupStored(meta), groups={cmd.group_id: meta})
+
+
+def store_assignment(view: OffsetsView, cmd: StoreAssignment) -> GroupsChange:
+    """SyncGroup's assignment of the stored generation (``StoreAssignment``); decoded for display only."""
+    g = view.group(cmd.group_id)
+    if g is None or g.generation_id != cmd.generation_id:
+        current = g.generation_id if g is not None else 0
+        return GroupsChange(
+            BrokerError(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"generation {cmd.generation_id} is not the group's current generation {current}",
+            )
+        )
+    if not g.awaiting_sync:
+        return GroupsChange(
+            BrokerError(ErrorCode.REBALANCE_IN_PROGRESS, f"generation {g.generation_id} already has its assignment")
+        )
+    given = dict(cmd.assignments)
+    members = tuple(
+        replace(m, assignment_data=given.get(m.member_id, b""), assignment=_decoded_assignment(g.protocol_type,
+                given.get(m.member_id, b"")))
+        for m in g.members
+    )  # fmt: skip
+    meta = replace(g, members=members, awaiting_sync=False, updated_ms=cmd.now_ms)
+    return GroupsChange(GroupStored(meta), groups={cmd.group_id: meta})
+
+
+def _decoded_assignment(protocol_type: str | None, data: bytes) -> tuple[TopicPartition, ...]:
+    if protocol_type != CONSUMER_PROTOCOL_TYPE:
+        return ()
+    try:
+        return decode_assignment(data)
+    except ConsumerProtocolError:
+        return ()
 
 
 def expire_producers(view: OffsetsView, cmd: ExpireProducers) -> GroupsChange:
@@ -301,4 +361,21 @@ def delete_group(view: OffsetsView, cmd: DeleteGroup) -> GroupsChange:
         change.groups[gid] = None
     for tp in committed:
         change.committed[(gid, tp)] = None
+    return change
+
+
+def delete_offsets(view: OffsetsView, cmd: DeleteOffsets) -> GroupsChange:
+    """OffsetDelete: tombstones for the named partitions' committed offsets (module docstring)."""
+    gid = cmd.group_id
+    g = view.group(gid)
+    if g is None and not view.committed_of(gid) and not view.has_pending(gid):
+        return GroupsChange(BrokerError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {gid!r} does not exist"))
+    subscribed_topics = {t for m in g.members for t in m.topics} if g is not None else set()
+    named = sorted({TopicPartition(t, p) for t, p in cmd.partitions})
+    refused = tuple(tp for tp in named if tp.topic in subscribed_topics)
+    change = GroupsChange(OffsetsDeleted(gid, 0, refused))
+    for tp in named:
+        if tp.topic not in subscribed_topics and view.committed(gid, tp) is not None:
+            change.committed[(gid, tp)] = None
+    change.result = OffsetsDeleted(gid, len(change.committed), refused)
     return change

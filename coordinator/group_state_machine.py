@@ -44,8 +44,10 @@ from coordinator.errors import CommandDecodeError, CoordinatorCorruptionError
 from coordinator.group_commands import (
     CommitOffsets,
     DeleteGroup,
+    DeleteOffsets,
     ExpireProducers,
     GroupsCommand,
+    StoreAssignment,
     StoreGroup,
     TxnCommitOffsets,
     WriteTxnMarker,
@@ -246,8 +248,12 @@ def _run_rule(view: _OffsetsState, cmd: GroupsCommand, index: int) -> GroupsChan
         return group_rules.write_txn_marker(view, cmd, index)
     if isinstance(cmd, StoreGroup):
         return group_rules.store_group(view, cmd)
+    if isinstance(cmd, StoreAssignment):
+        return group_rules.store_assignment(view, cmd)
     if isinstance(cmd, DeleteGroup):
         return group_rules.delete_group(view, cmd)
+    if isinstance(cmd, DeleteOffsets):
+        return group_rules.delete_offsets(view, cmd)
     assert isinstance(cmd, ExpireProducers)
     return group_rules.expire_producers(view, cmd)
 

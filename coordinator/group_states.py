@@ -5,16 +5,20 @@
 * ``PreparingRebalance``: a member joined, left, changed its subscription or
   missed its session timeout; every member must (re)join before the new
   generation is formed (or be dropped when the rebalance timeout passes).
+* ``CompletingRebalance`` (groups whose leader member assigns: Kafka
+  clients): the generation is formed and stored, every member has its
+  JoinGroup answer, and the coordinator waits for the leader's SyncGroup
+  with the assignment; followers' SyncGroups wait for it.
 * ``Stable``: a generation is formed: every member knows its assignment and
   heartbeats with that generation id.
 
-Kafka also has ``CompletingRebalance`` (waiting for the leader's SyncGroup with
-the client-computed assignment) and ``Dead``. Here the coordinator computes the
-assignment itself, so a rebalance goes straight from ``PreparingRebalance`` to
-``Stable`` (or ``Empty``). ``Dead`` is what DescribeGroups reports for a group
-the coordinator does not know (never used, or deleted while ``Empty``). States are not
-persisted: the replicated ``GroupMetadata`` of a completed rebalance implies
-``Stable`` (members) or ``Empty`` (none).
+A group whose assignment the coordinator computes (HTTP members) goes from
+``PreparingRebalance`` straight to ``Stable`` (or ``Empty``): its members get
+their assignment in the join answer. Kafka's ``Dead`` is what DescribeGroups
+reports for a group the coordinator does not know (never used, or deleted
+while ``Empty``). States are not persisted: the replicated ``GroupMetadata``
+of a completed rebalance implies ``Stable`` (members), ``CompletingRebalance``
+(members, ``awaiting_sync``) or ``Empty`` (none).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ __all__ = ["VALID_PREVIOUS", "GroupState", "IllegalGroupTransitionError", "valid
 class GroupState(enum.Enum):
     EMPTY = "Empty"
     PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
 
     @property
@@ -45,8 +50,11 @@ S = GroupState
 #: Allowed previous states of each state.
 VALID_PREVIOUS: Mapping[GroupState, frozenset[GroupState]] = {
     S.EMPTY: frozenset({S.PREPARING_REBALANCE}),  # a rebalance completed with no member left
-    S.PREPARING_REBALANCE: frozenset({S.EMPTY, S.STABLE}),
-    S.STABLE: frozenset({S.PREPARING_REBALANCE}),
+    S.PREPARING_REBALANCE: frozenset({S.EMPTY, S.STABLE, S.COMPLETING_REBALANCE}),
+    # the join phase of a client-assigned group completed: waiting for the leader's SyncGroup
+    S.COMPLETING_REBALANCE: frozenset({S.PREPARING_REBALANCE}),
+    # server-assigned groups complete in one step; client-assigned ones when the leader's assignment is stored
+    S.STABLE: frozenset({S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE}),
 }
 
 

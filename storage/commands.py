@@ -15,13 +15,17 @@ Layouts (big-endian)::
                          | control_type u8 (COMMIT 0, ABORT 1; bit 0x80: classic) | timestamp_ms i64
     CARRIED_APPEND  0x05 | the TXN_MARKER fields | record batch
     REVOKE_MARKER   0x06 | the TXN_MARKER fields
+    KAFKA_APPEND    0x07 | log_append_time i64 | Kafka record batch v2 (as the producer sent it)
 
 TXN_MARKER is Kafka's WriteTxnMarkers for one partition: it closes the
 producer's open transaction here with a COMMIT/ABORT control batch.
 CARRIED_APPEND is a marker and the producer's next transactional batch in one
 entry (its ``timestamp_ms`` is also the batch's log append time); REVOKE_MARKER
 is a marker that also revokes the reservation of its epoch here
-(docs/carried-markers.md).
+(docs/carried-markers.md). APPEND carries a txbroker batch
+(``clients.protocol``), KAFKA_APPEND a Kafka producer's batch
+(``storage.kafka_batch``); both decode to ``AppendCommand``, whose ``format``
+tells them apart. A carried marker travels with txbroker batches only.
 
 A *classic* marker (bit 0x80 of the control type byte; Kafka's WriteTxnMarkers
 with transaction version 1) ends a transaction of the classic protocol, whose
@@ -35,7 +39,7 @@ import enum
 import struct
 from dataclasses import dataclass
 
-from clients.protocol import BrokerError, ControlType, ErrorCode
+from clients.protocol import BatchFormat, BrokerError, ControlType, ErrorCode
 
 __all__ = [
     "AppendCommand",
@@ -70,6 +74,7 @@ class CommandType(enum.IntEnum):
     TXN_MARKER = 0x04
     CARRIED_APPEND = 0x05
     REVOKE_MARKER = 0x06
+    KAFKA_APPEND = 0x07
 
 
 _I64 = struct.Struct(">q")
@@ -141,10 +146,11 @@ class NoopCommand:
 
 @dataclass(frozen=True, slots=True)
 class AppendCommand:
-    """Append one record batch; ``batch`` is a view into the command bytes (no copy)."""
+    """Append one record batch of ``format``; ``batch`` is a view into the command bytes (no copy)."""
 
     log_append_time: int
     batch: memoryview
+    format: BatchFormat = BatchFormat.TXBROKER
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,9 +208,13 @@ Command = (
 )
 
 
-def encode_append(batch: bytes, timestamp_ms: int) -> bytes:
-    """APPEND ``batch`` with ``timestamp_ms`` (the leader's clock) as its log append time."""
-    return b"".join((bytes((CommandType.APPEND,)), _I64.pack(timestamp_ms), batch))
+_APPEND_TYPES = {BatchFormat.TXBROKER: CommandType.APPEND, BatchFormat.KAFKA: CommandType.KAFKA_APPEND}
+
+
+def encode_append(batch: bytes, timestamp_ms: int, batch_format: BatchFormat = BatchFormat.TXBROKER) -> bytes:
+    """APPEND (KAFKA_APPEND for a Kafka batch) ``batch`` with ``timestamp_ms`` (the leader's clock) as its
+    log append time."""
+    return b"".join((bytes((_APPEND_TYPES[batch_format],)), _I64.pack(timestamp_ms), batch))
 
 
 def encode_retention(now_ms: int, retention_ms: int, retention_bytes: int, producer_expiration_ms: int) -> bytes:
@@ -303,6 +313,9 @@ def decode_command(command: bytes) -> Command:
         if kind == CommandType.APPEND:
             (ts,) = _I64.unpack_from(mv, 1)
             return AppendCommand(ts, mv[1 + _I64.size :])
+        if kind == CommandType.KAFKA_APPEND:
+            (ts,) = _I64.unpack_from(mv, 1)
+            return AppendCommand(ts, mv[1 + _I64.size :], BatchFormat.KAFKA)
         if kind == CommandType.RETENTION:
             if len(mv) != 1 + _RETENTION.size:
                 raise BrokerError(ErrorCode.INVALID_REQUEST, "bad RETENTION command length")

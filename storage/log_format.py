@@ -13,9 +13,14 @@ index sorts just below the batches, so one iterator bounded by a batch key
 covers both (``PartitionLog.fetch`` relies on it).
 
 A *stored batch* is a 21-byte header then the producer's batch bytes exactly as
-received (they carry their own CRC-32C over everything after their crc field)::
+received (they carry their own CRC-32C)::
 
     version u8 | base_offset i64 | log_append_time i64 | crc32c(previous 17 bytes) u32
+
+The version names the batch's format: 1 a txbroker batch
+(``clients.protocol``), 2 a Kafka producer's RecordBatch v2
+(``storage.kafka_batch``; its own ``baseOffset`` field is whatever the producer
+sent, the stored header's is the one that counts).
 
 Every record here carries a version byte and a CRC so that corruption is
 reported (``StorageCorruptionError``), never returned as data.
@@ -29,8 +34,9 @@ from dataclasses import dataclass
 
 import crc32c
 
-from clients.protocol import BrokerError, StoredBatch, parse_batch
+from clients.protocol import BatchFormat, BrokerError, StoredBatch, parse_batch
 from storage.errors import StorageCorruptionError
+from storage.kafka_batch import parse_kafka_batch
 from storage.txn_index import AbortedTxn, decode_aborted_txn
 
 __all__ = [
@@ -40,6 +46,7 @@ __all__ = [
     "PRODUCER_TAG",
     "RESTORE_TAG",
     "STORED_HEADER_SIZE",
+    "STORED_VERSIONS",
     "LogMeta",
     "PartitionKeys",
     "decode_meta",
@@ -206,14 +213,18 @@ def decode_meta(data: bytes, *, where: str) -> tuple[LogMeta, bool]:
 # Stored batches
 # --------------------------------------------------------------------------
 
-STORED_VERSION = 1
+#: Stored header version per batch format (the first byte of a stored batch; persisted: never change).
+STORED_VERSIONS: dict[BatchFormat, int] = {BatchFormat.TXBROKER: 1, BatchFormat.KAFKA: 2}
+_FORMATS = {version: fmt for fmt, version in STORED_VERSIONS.items()}
 _STORED_HEAD = struct.Struct(">Bqq")
 STORED_HEADER_SIZE = _STORED_HEAD.size + _CRC.size
 
 
-def encode_stored_batch_header(base_offset: int, log_append_time: int) -> bytes:
-    """The 21 bytes that precede the producer's batch in a stored value."""
-    head = _STORED_HEAD.pack(STORED_VERSION, base_offset, log_append_time)
+def encode_stored_batch_header(
+    base_offset: int, log_append_time: int, batch_format: BatchFormat = BatchFormat.TXBROKER
+) -> bytes:
+    """The 21 bytes that precede the producer's batch (of ``batch_format``) in a stored value."""
+    head = _STORED_HEAD.pack(STORED_VERSIONS[batch_format], base_offset, log_append_time)
     return head + _CRC.pack(crc32c.crc32c(head))
 
 
@@ -221,7 +232,7 @@ def decode_stored_batch(value: bytes, *, base_offset: int, where: str) -> Stored
     """Check and decode a stored batch whose key says ``base_offset``.
 
     Verifies the stored header's CRC, the key/value offset agreement and the
-    batch's own CRC (not the record framing, which was checked before the
+    batch's own header and CRC (not the records, which were checked before the
     batch was proposed). Raises ``StorageCorruptionError``.
     """
     if len(value) < STORED_HEADER_SIZE:
@@ -230,13 +241,17 @@ def decode_stored_batch(value: bytes, *, base_offset: int, where: str) -> Stored
     if crc32c.crc32c(value[: _STORED_HEAD.size]) != crc:
         raise StorageCorruptionError(f"{where}: stored batch header CRC mismatch")
     version, stored_base, append_time = _STORED_HEAD.unpack_from(value, 0)
-    if version != STORED_VERSION:
+    batch_format = _FORMATS.get(version)
+    if batch_format is None:
         raise StorageCorruptionError(f"{where}: unknown stored batch version {version}")
     if stored_base != base_offset:
         raise StorageCorruptionError(f"{where}: stored batch says base offset {stored_base}, key says {base_offset}")
     data = value[STORED_HEADER_SIZE:]
     try:
-        header = parse_batch(data, verify=False)
+        if batch_format is BatchFormat.KAFKA:
+            header = parse_kafka_batch(data, verify=False)
+        else:
+            header = parse_batch(data, verify=False)
     except BrokerError as exc:
         raise StorageCorruptionError(f"{where}: {exc.message}") from exc
-    return StoredBatch(base_offset, append_time, data, header)
+    return StoredBatch(base_offset, append_time, data, header, batch_format)

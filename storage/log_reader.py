@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clients.protocol import BrokerError, ErrorCode, StoredBatch, decode_records
+from clients.protocol import BrokerError, ErrorCode, StoredBatch
 from storage.errors import StorageCorruptionError
+from storage.kafka_batch import batch_records
 from storage.log_format import STORED_HEADER_SIZE, LogMeta, PartitionKeys
 from storage.store import NodeStore, StoreView
 from storage.txn_index import AbortedTxn, collect_aborted
@@ -121,7 +122,7 @@ class LogReader:
 
         The log keeps no time index: batches are scanned from the log start
         (each stored batch carries its max timestamp, so only the batch that
-        holds the answer is decoded record by record). Control batches hold no
+        holds the answer is decoded record by record, in either stored format). Control batches hold no
         records of the partition and are skipped. The scan reads one
         point-in-time view; callers run it off the event loop.
         """
@@ -138,7 +139,7 @@ class LogReader:
                 continue
             if batch.header.max_timestamp < timestamp_ms:
                 continue
-            for i, record in enumerate(decode_records(batch.data)):
+            for i, record in enumerate(batch_records(batch)):
                 offset = batch.base_offset + i
                 if offset >= meta.log_start_offset and record.timestamp >= timestamp_ms:
                     return offset

@@ -46,6 +46,7 @@ from typing import BinaryIO
 from rocksdict import WriteBatch
 
 from clients.protocol import (
+    BatchFormat,
     BatchHeader,
     BrokerError,
     ControlType,
@@ -69,6 +70,7 @@ from storage.commands import (
     decode_command,
 )
 from storage.errors import StorageCorruptionError
+from storage.kafka_batch import parse_kafka_batch
 from storage.log_format import LogMeta, PartitionKeys, decode_meta, encode_meta, encode_stored_batch_header
 from storage.log_reader import LogReader, LogReadInfo
 from storage.log_snapshot import check_snapshot_header, consistent_snapshot, restore_snapshot, write_snapshot
@@ -338,7 +340,10 @@ class PartitionLog:
         self._meta = meta
 
     def _apply_append(self, index: int, cmd: AppendCommand) -> ApplyResult:
-        header = parse_batch(cmd.batch, verify=False)
+        if cmd.format is BatchFormat.KAFKA:
+            header = parse_kafka_batch(cmd.batch, verify=False)
+        else:
+            header = parse_batch(cmd.batch, verify=False)
         err = self._check_plain(header)
         if err is not None:
             return self._reject(index, err)
@@ -377,7 +382,7 @@ class PartitionLog:
         )
         wb.put(
             self._keys.batch(base),
-            b"".join((encode_stored_batch_header(base, cmd.log_append_time), cmd.batch)),
+            b"".join((encode_stored_batch_header(base, cmd.log_append_time, cmd.format), cmd.batch)),
         )
         if entry is not None:
             wb.put(self._keys.producer(entry.producer_id), encode_entry(entry))

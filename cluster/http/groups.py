@@ -28,10 +28,10 @@ from clients.protocol import BrokerError, ControlType, ErrorCode
 from coordinator.group_admin import parse_reset_to
 from coordinator.group_assignors import ASSIGNORS, DEFAULT_PROTOCOL
 from coordinator.group_commands import OffsetCommit
+from coordinator.group_membership import JoinAnswer
 from coordinator.group_metadata import NO_GENERATION
 from coordinator.metadata import TopicPartition
 
-from ..group_service import answer_json
 from ..offset_lookup import LIST_OFFSETS_PATH, log_offsets_json
 from ..security.acl import Operation, ResourceType
 from ..topics import validate_topic_name
@@ -114,6 +114,18 @@ def _query_bool(request: web.Request, key: str) -> bool:
     if raw not in ("true", "false", "1", "0"):
         raise BrokerError(ErrorCode.INVALID_REQUEST, f"query parameter {key!r} must be true or false")
     return raw in ("true", "1")
+
+
+def answer_json(a: JoinAnswer) -> dict[str, Any]:
+    return {
+        "group_id": a.group_id,
+        "generation_id": a.generation_id,
+        "member_id": a.member_id,
+        "leader_id": a.leader_id,
+        "protocol": a.protocol,
+        "assignment": [{"topic": tp.topic, "partition": tp.partition} for tp in a.assignment],
+        "members": list(a.members),
+    }
 
 
 class GroupRoutes:

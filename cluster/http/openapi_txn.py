@@ -156,9 +156,11 @@ def transaction_and_group_paths() -> dict[str, Any]:
         "/v1/groups": {"get": _op("every consumer group of the cluster", errors=(400,))},
         "/v1/groups/{group_id}": {
             "get": _op(
-                "DescribeGroups plus offsets: state, protocol, members with assignments, and per partition the "
-                "committed offset (-1: none), log_end_offset (the high watermark) and lag (null without a "
-                "committed offset); an unknown group answers state Dead with no members, as in Kafka",
+                "DescribeGroups plus offsets: state, protocol_type, assignment_by (broker: HTTP members; leader: "
+                "Kafka clients, whose members also show client_id, client_host and group_instance_id), protocol, "
+                "members with assignments, and per partition the committed offset (-1: none), log_end_offset (the "
+                "high watermark) and lag (null without a committed offset); an unknown group answers state Dead "
+                "with no members, as in Kafka",
                 params=GID,
                 errors=(400, 421, 503),
             ),

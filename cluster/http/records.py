@@ -18,10 +18,10 @@ from clients.protocol import (
     StoredBatch,
     control_type_of,
     decode_produce_request,
-    decode_records,
     encode_fetch_batches,
 )
-from clients.txn_filter import visible_records
+from clients.txn_filter import visible_batches
+from storage.kafka_batch import as_txbroker, batch_records
 
 from ..partitions import (
     READ_COMMITTED,
@@ -177,7 +177,7 @@ class RecordRoutes:
                 res.high_watermark,
                 res.last_stable_offset,
                 res.log_start_offset,
-                [(b.base_offset, b.log_append_time, b.data) for b in res.batches],
+                [(b.base_offset, b.log_append_time, as_txbroker(b).data) for b in res.batches],
                 res.aborted_transactions,
             )
             headers = {}
@@ -199,8 +199,10 @@ class RecordRoutes:
             out["batches"] = [_batch_json(b) for b in res.batches]
         else:
             out["records"] = [
-                _record_json(off, rec)
-                for off, rec in visible_records(res.batches, res.aborted_transactions, from_offset=offset)
+                _record_json(b.base_offset + i, rec)
+                for b in visible_batches(res.batches, res.aborted_transactions)
+                for i, rec in enumerate(batch_records(b))
+                if b.base_offset + i >= offset
             ]
         out["next_offset"] = res.batches[-1].last_offset + 1 if res.batches else offset
         return web.json_response(out)
@@ -221,7 +223,7 @@ def _record_json(offset: int, r: Record) -> dict[str, Any]:
 
 
 def _records_json(b: StoredBatch) -> list[dict[str, Any]]:
-    return [_record_json(b.base_offset + i, r) for i, r in enumerate(decode_records(b.data))]
+    return [_record_json(b.base_offset + i, r) for i, r in enumerate(batch_records(b))]
 
 
 def _batch_json(b: StoredBatch) -> dict[str, Any]:

@@ -28,11 +28,11 @@ from typing import Any
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
 from clients.protocol import BrokerError, ErrorCode
+from storage.kafka_batch import kafka_fetch_payload
 
 from ...partitions import READ_COMMITTED, READ_UNCOMMITTED, FetchResult
 from ...security.acl import Operation, ResourceType
 from ..api import KafkaApi, RequestContext, error_code
-from ..record_batches import kafka_fetch_payload
 
 __all__ = ["API"]
 

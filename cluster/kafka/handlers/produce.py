@@ -1,12 +1,13 @@
 """Produce (key 0): Kafka record batches (v2) appended through the same partition service as the HTTP produce.
 
-Versions 3 and up carry record batch v2, the only format txbroker stores;
-versions 0-2 (message sets) are advertised, as librdkafka expects of a broker
-(it checks Produce's minimum before compressing), and answered
-UNSUPPORTED_FOR_MESSAGE_FORMAT per partition. The batch is kept as the
-producer wrote it; a compressed batch is decompressed (cluster.kafka.record_batches), so idempotence,
-sequence checks, transactions and KIP-890's verification at the leader apply
-exactly as for the HTTP doors. ``acks=0`` gets no response, as in Kafka.
+Versions 3 and up carry record batch v2, which the log stores as the producer
+wrote it (compressed or not; ``storage.kafka_batch`` checks it, decompressing
+to verify every record); versions 0-2 (message sets) are advertised, as
+librdkafka expects of a broker (it checks Produce's minimum before
+compressing), and answered UNSUPPORTED_FOR_MESSAGE_FORMAT per partition.
+Idempotence, sequence checks, transactions and KIP-890's verification at the
+leader apply exactly as for the HTTP doors. ``acks=0`` gets no response, as
+in Kafka.
 
 Authorization (Kafka's): WRITE on the transactional id for a transactional
 request, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition; WRITE
@@ -20,12 +21,11 @@ from typing import Any
 from kafka.protocol.producer import ProduceRequest as KafkaProduceRequest
 from kafka.protocol.producer import ProduceResponse
 
-from clients.protocol import BrokerError, ErrorCode, ProducePartition, ProduceRequest
+from clients.protocol import BatchFormat, BrokerError, ErrorCode, ProducePartition, ProduceRequest
 
 from ...partitions import PartitionProduceResult
 from ...security.acl import Operation, ResourceType
 from ..api import KafkaApi, RequestContext, error_code, error_message
-from ..record_batches import kafka_to_txbroker
 
 __all__ = ["API"]
 
@@ -73,12 +73,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             elif not p.records:
                 refused[key] = (ErrorCode.CORRUPT_MESSAGE.code, "no record batch")
             else:
-                try:
-                    batch = kafka_to_txbroker(bytes(p.records))
-                except BrokerError as exc:
-                    refused[key] = (error_code(exc), exc.message)
-                    continue
-                parts.append(ProducePartition(topic.name, p.index, batch))
+                parts.append(ProducePartition(topic.name, p.index, bytes(p.records), format=BatchFormat.KAFKA))
     results: dict[tuple[str, int], PartitionProduceResult] = {}
     if parts:
         req = ProduceRequest(tuple(parts), timeout_ms=request.timeout_ms, acks=request.acks, transactional_id=tid)

@@ -1,4 +1,5 @@
-"""Records through the Kafka listener: every compression, both doors, ListOffsets, and refused batches.
+"""Records through the Kafka listener: every compression, both doors, ListOffsets, refused batches, and
+compressed batches served as written.
 
 Real Kafka clients (confluent-kafka, kafka-python, aiokafka) against a real
 3-node cluster; the HTTP side through the HTTP API and ``clients.Consumer``.
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -200,3 +202,45 @@ def test_malformed_batches_are_refused_per_partition_and_write_nothing(kafka_clu
     assert _raw_produce(kafka_cluster, leader, unique("missing"), bytes(good)).error_code == 3
     ok = _raw_produce(kafka_cluster, leader, topic, bytes(good))
     assert (ok.error_code, ok.base_offset) == (0, 0)
+
+
+def _raw_fetch(cluster: LocalCluster, node: int, topic: str, offset: int) -> bytes:
+    import socket
+
+    host, port = cluster.configs[node - 1].self_address.kafka_address.rsplit(":", 1)  # type: ignore[union-attr]
+    req = FetchRequest[4](
+        replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
+            FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=offset, partition_max_bytes=1 << 20)
+        ])],
+    )  # fmt: skip
+    req.with_header(correlation_id=2, client_id="raw")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(bytes(req.encode(header=True, framed=True)))
+        (size,) = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))
+        data = s.recv(size, socket.MSG_WAITALL)
+    part = FetchResponse.decode(data, version=4, header=True).responses[0].partitions[0]
+    assert part.error_code == 0, part
+    return bytes(part.records)
+
+
+def test_a_compressed_batch_is_stored_and_served_as_the_producer_wrote_it(kafka_cluster: LocalCluster) -> None:
+    # Native storage (docs/kafka-listener.md "Record batches"): a Kafka fetch gets the producer's bytes,
+    # compressed as written, with only baseOffset (and the leader epoch, outside the CRC) patched.
+    topic = _topic(kafka_cluster)
+    leader = wait_for(lambda: kafka_cluster.leader(topic, 0), 10, "a leader")
+    assert _raw_produce(kafka_cluster, leader, topic, bytes(_batch([b"first"]))).error_code == 0
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=4, is_transactional=False, producer_id=-1,
+                                  producer_epoch=-1, base_sequence=-1, batch_size=2**20)  # fmt: skip
+    for i in range(20):
+        b.append(i, BASE_TS + i, None, f"zstd-{i}".encode() * 50, [])
+    zstd = bytes(b.build())
+    answer = _raw_produce(kafka_cluster, leader, topic, zstd)
+    assert (answer.error_code, answer.base_offset) == (0, 1)
+    served = _raw_fetch(kafka_cluster, leader, topic, 1)
+    assert len(served) == len(zstd) and served[16:] == zstd[16:]
+    assert struct.unpack_from(">q", served, 0) == (1,)
+    # The HTTP door decodes the same batch.
+    assert [base64.b64decode(r["value"]) for r in _http_records(kafka_cluster, topic)][1:] == [
+        f"zstd-{i}".encode() * 50 for i in range(20)
+    ]
