@@ -194,6 +194,31 @@ def test_a_transactional_producer_needs_write_on_its_transactional_id(secure: Se
     assert err.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
+def test_a_consumer_group_over_sasl_ssl(secure: Secure) -> None:
+    topic = secure.topic()
+    user = secure.user("grp", ("TOPIC", topic, "WRITE"), ("TOPIC", topic, "READ"), _GROUPS)
+    conf = secure.conf(user, _PASSWORD, "SCRAM-SHA-512")
+    assert _produce(conf, topic, [b"a", b"b"]) == [None, None]
+    group = unique("g")
+    consumer = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "session.timeout.ms": 6000})  # fmt: skip
+    try:
+        consumer.subscribe([topic])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 2 and time.monotonic() < deadline:
+            for m in consumer.consume(10, 0.5):
+                assert m.error() is None, m.error()
+                got.append(m.value())
+        assert got == [b"a", b"b"]
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    status, body = secure.http("GET", f"/v1/groups/{group}")
+    assert status == 200, body
+    assert [(o["topic"], o["partition"], o["offset"]) for o in body["offsets"]] == [(topic, 0, 2)]
+
+
 def test_wrong_password_is_refused(secure: Secure) -> None:
     user = secure.user("eve")
     for mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
