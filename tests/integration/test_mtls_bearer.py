@@ -23,6 +23,7 @@ from typing import Any
 
 import jwt
 import pytest
+from confluent_kafka.admin import AclOperation, AdminClient
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
@@ -147,3 +148,21 @@ def test_bearer_tokens(mtls: Mtls) -> None:
     for node in (1, 2, 3):  # at once: the ACL change answered after every live node applied it
         status, body = mtls.ask(node, "/v1/users", mtls.alice, bearer(claims()))
         assert status == 200 and "admin" in {u["name"] for u in body["users"]}
+
+
+def test_a_client_certificate_authenticates_on_the_kafka_listener(mtls: Mtls) -> None:
+    """Kafka's SSL listener: the verified certificate is the connection's principal, no SASL needed."""
+    conf = {"bootstrap.servers": mtls.cluster.bootstrap_servers, "security.protocol": "SSL",
+            "ssl.ca.location": str(mtls.dir / "certs" / "ca.pem"), "ssl.certificate.location": str(mtls.alice[0]),
+            "ssl.key.location": str(mtls.alice[1]), "socket.timeout.ms": 10000}  # fmt: skip
+    admin = AdminClient(conf)
+    before = admin.describe_cluster(include_authorized_operations=True).result(timeout=15)
+    assert len(before.nodes) == 3 and not before.authorized_operations  # User:alice holds no ACL yet
+    acl = {"principal": "User:alice", "resource_type": "CLUSTER", "resource_name": "kafka-cluster",
+           "operation": "DESCRIBE", "permission": "ALLOW"}  # fmt: skip
+    status, body = mtls.ask(1, "/v1/acls", mtls.alice, mtls.admin_auth, method="POST", body=acl)
+    assert status == 201, body
+    after = admin.describe_cluster(include_authorized_operations=True).result(timeout=15)
+    assert (
+        AclOperation.DESCRIBE in after.authorized_operations and AclOperation.ALTER not in after.authorized_operations
+    )
