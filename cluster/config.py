@@ -219,6 +219,9 @@ class NodeConfig:
     kafka_max_frame_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes: larger frames close the connection
     kafka_max_inflight_per_connection: int = 5  # requests of one connection handled at once (responses in order)
     kafka_connections_max_idle_ms: int = 600_000  # connections.max.idle.ms
+    # auto.create.topics.enable: a topic a Kafka client's Metadata names is created with the defaults (off, as in
+    # Redpanda: a typo then fails instead of making a topic)
+    auto_create_topics_enable: bool = False
     # HTTP
     max_request_bytes: int = 16 * 1024 * 1024
     max_fetch_wait_ms: int = 30_000

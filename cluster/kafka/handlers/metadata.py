@@ -20,11 +20,12 @@ from typing import Any
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from clients.protocol import ErrorCode
+from clients.protocol import BrokerError, ErrorCode
 
-from ...security.acl import ResourceType
+from ...security.acl import CLUSTER_NAME, Operation, ResourceType
 from ...topics import TopicMetadata
 from ..api import KafkaApi, RequestContext
+from ..controller_calls import forward
 from .describe_cluster import NOT_ASKED as _NOT_ASKED
 from .describe_cluster import authorized_operations
 
@@ -74,6 +75,34 @@ def _topic(ctx: RequestContext, meta: TopicMetadata) -> Any:
     )
 
 
+async def _auto_create(ctx: RequestContext, name: str, request: Any) -> ErrorCode:
+    """A topic a client named that does not exist: created with the defaults when the node's
+    ``auto_create_topics_enable`` allows, the request asks for it (Metadata v4+; implied before) and
+    the caller may CREATE it; answered LEADER_NOT_AVAILABLE while it gets its leaders (the client asks
+    again), else UNKNOWN_TOPIC_OR_PARTITION, as Kafka does."""
+    s = ctx.services
+    wanted = ctx.api_version < 4 or bool(request.allow_auto_topic_creation)
+    may = ctx.guard.allowed(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) or ctx.guard.allowed(
+        Operation.CREATE, ResourceType.TOPIC, name
+    )
+    if not (s.config.auto_create_topics_enable and wanted and may):
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    partitions = s.config.default_partitions
+    rf = min(s.config.default_replication_factor, len(s.nodes.node_ids()))
+    try:
+        try:
+            await s.controller.create_topic(name, partitions, rf, {})
+        except BrokerError as exc:
+            body = {"name": name, "partitions": partitions, "replication_factor": rf, "config": {}}
+            await forward(ctx, exc, "POST", "/v1/topics", body)
+    except BrokerError as exc:
+        if exc.error_code is ErrorCode.INVALID_TOPIC:
+            return ErrorCode.INVALID_TOPIC
+        if exc.error_code is not ErrorCode.TOPIC_ALREADY_EXISTS:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    return ErrorCode.LEADER_NOT_AVAILABLE
+
+
 def _refused(name: str, code: ErrorCode) -> Any:
     return _Topic(error_code=code.code, name=name, topic_id=uuid.UUID(int=0), is_internal=False, partitions=[])
 
@@ -94,7 +123,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             elif not guard.may_describe(ResourceType.TOPIC, name):
                 topics.append(_refused(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
             elif name not in view.topics:
-                topics.append(_refused(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                topics.append(_refused(name, await _auto_create(ctx, name, request)))
             else:
                 topics.append(_topic(ctx, view.topics[name]))
     if ctx.api_version >= 8 and request.include_topic_authorized_operations:

@@ -20,6 +20,7 @@ import sys
 import tarfile
 import tempfile
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 
 import kafka
@@ -85,12 +86,23 @@ def _source_tree() -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def suite_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The suite's tests produce to topics they never create: Kafka's auto.create.topics.enable, on."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("kafka-python-suite"), 3, auto_create_topics_enable=True)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()
+
+
 def test_kafka_python_integration_suite_passes_against_the_kafka_listener(
-    kafka_cluster: LocalCluster, tmp_path: Path
+    suite_cluster: LocalCluster, tmp_path: Path
 ) -> None:
     src = _source_tree()
     report = tmp_path / "junit.xml"
-    first = kafka_cluster.bootstrap_servers.split(",")[0]
+    first = suite_cluster.bootstrap_servers.split(",")[0]
     # KAFKA_ROOT: where the suite would find Kafka's scripts; it only checks that the directory exists.
     env = dict(os.environ, KAFKA_URI=f"kafka://{first}", KAFKA_VERSION=KAFKA_VERSION, KAFKA_ROOT=str(tmp_path))
     env.pop("PYTHONPATH", None)
