@@ -475,21 +475,22 @@ class PartitionService:
             return max(own, reported)
         return own
 
-    async def list_offset(self, topic: str, partition: int, timestamp_ms: int, read_committed: bool) -> int:
-        """Kafka's ListOffsets on the partition's leader: ``LATEST`` (-1: the high watermark, or the LSO
-        for read_committed), ``EARLIEST`` (-2: the log start) or the first offset whose record timestamp
-        is at or after ``timestamp_ms`` (-1 when none is; the log scan runs in a worker thread)."""
+    async def list_offset(self, topic: str, partition: int, timestamp_ms: int, read_committed: bool) -> tuple[int, int]:
+        """Kafka's ListOffsets on the partition's leader, as (offset, timestamp): ``LATEST`` (-1: the high
+        watermark, or the LSO for read_committed), ``EARLIEST`` (-2: the log start), both with timestamp -1,
+        or the first record whose timestamp is at or after ``timestamp_ms`` and that record's timestamp
+        ((-1, -1) when none is; the log scan runs in a worker thread)."""
         _meta, rep = self._leader_replica(topic, partition)
         plog = rep.log
         if timestamp_ms == LIST_OFFSETS_LATEST:
-            return plog.last_stable_offset if read_committed else plog.high_watermark
+            return (plog.last_stable_offset if read_committed else plog.high_watermark), -1
         if timestamp_ms == LIST_OFFSETS_EARLIEST:
-            return plog.log_start_offset
+            return plog.log_start_offset, -1
         if timestamp_ms < 0:
             raise BrokerError(ErrorCode.INVALID_REQUEST, f"unknown ListOffsets timestamp {timestamp_ms}")
-        found = await asyncio.to_thread(plog.offset_for_timestamp, timestamp_ms)
+        found = await asyncio.to_thread(plog.record_for_timestamp, timestamp_ms)
         bound = plog.last_stable_offset if read_committed else plog.high_watermark
-        return found if found is not None and found < bound else -1
+        return found if found is not None and found[0] < bound else (-1, -1)
 
     # ---- producer state and markers --------------------------------------------------------------
 

@@ -117,8 +117,13 @@ class LogReader:
         return None if first is None else first.header.max_timestamp
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
-        """Kafka's ListOffsets by timestamp: the first offset at or above the log start whose record
-        timestamp is >= ``timestamp_ms``; None when no record is that new.
+        """The offset of ``record_for_timestamp`` (None when no record is that new)."""
+        found = self.record_for_timestamp(timestamp_ms)
+        return None if found is None else found[0]
+
+    def record_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """Kafka's ListOffsets by timestamp: (offset, timestamp) of the first record at or above the log
+        start whose timestamp is >= ``timestamp_ms``; None when no record is that new.
 
         The log keeps no time index: batches are scanned from the log start
         (each stored batch carries its max timestamp, so only the batch that
@@ -142,7 +147,7 @@ class LogReader:
             for i, record in enumerate(batch_records(batch)):
                 offset = batch.base_offset + i
                 if offset >= meta.log_start_offset and record.timestamp >= timestamp_ms:
-                    return offset
+                    return offset, record.timestamp
         return None
 
     def _collect_aborted(self, view: StoreView, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:

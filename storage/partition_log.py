@@ -601,6 +601,10 @@ class PartitionLog:
         """First offset with a record timestamp >= ``timestamp_ms``, else None (``LogReader.offset_for_timestamp``)."""
         return self._reader.offset_for_timestamp(timestamp_ms)
 
+    def record_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with a timestamp >= ``timestamp_ms``, else None."""
+        return self._reader.record_for_timestamp(timestamp_ms)
+
     # -- snapshots and lifecycle (Raft thread; stream format in storage.log_snapshot) -------------
 
     def write_snapshot(self, out: BinaryIO) -> None:

@@ -27,10 +27,11 @@ _Partition = _Topic.ListOffsetsPartitionResponse
 
 async def _offset(ctx: RequestContext, topic: str, p: Any, read_committed: bool) -> Any:
     try:
-        offset = await ctx.services.partitions.list_offset(topic, p.partition_index, p.timestamp, read_committed)
+        offset, timestamp = await ctx.services.partitions.list_offset(
+            topic, p.partition_index, p.timestamp, read_committed
+        )
     except BrokerError as exc:
         return _Partition(partition_index=p.partition_index, error_code=error_code(exc), timestamp=-1, offset=-1)
-    timestamp = p.timestamp if p.timestamp >= 0 and offset >= 0 else -1
     return _Partition(partition_index=p.partition_index, error_code=0, timestamp=timestamp, offset=offset,
                       leader_epoch=-1)  # fmt: skip
 
