@@ -10,8 +10,10 @@ A broker's configs are the node's own settings that Kafka names, read-only
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from clients.protocol import BrokerError, ErrorCode
 
@@ -19,13 +21,14 @@ from ..config import NodeConfig
 from ..security.acl import CLUSTER_NAME, Operation, ResourceType
 from ..topic_admin import config_changes
 from ..topics import TOPIC_CONFIG_DEFAULTS, TopicMetadata
-from .api import RequestContext
+from .api import RequestContext, error_code, error_message
 from .controller_calls import forward
 
 __all__ = [
     "ConfigEntry",
     "ConfigResourceType",
     "ConfigSource",
+    "alter_resources",
     "alter_topic_config",
     "broker_configs",
     "refuse_broker_change",
@@ -156,3 +159,33 @@ def refuse_broker_change(ctx: RequestContext) -> None:
     """A broker's configs come from its config file: a change is refused (after the rights check)."""
     ctx.guard.require(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
     raise BrokerError(ErrorCode.INVALID_REQUEST, "broker configs are read-only here (the node's config file)")
+
+
+async def alter_resources(
+    ctx: RequestContext,
+    request: Any,
+    changes_of: Callable[[RequestContext, Any], dict[str, int | str | None]],
+    result: Any,
+) -> list[Any]:
+    """AlterConfigs and IncrementalAlterConfigs: each resource's ``changes_of`` applied (a topic's overrides;
+    a broker's are refused), answered per resource as ``result`` entries; a resource named twice is refused."""
+    counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
+    results = []
+    for r in request.resources:
+        try:
+            if counts[(r.resource_type, r.resource_name)] > 1:
+                raise BrokerError(ErrorCode.INVALID_REQUEST, "the resource is named more than once")
+            if r.resource_type == ConfigResourceType.TOPIC:
+                changes = changes_of(ctx, r)
+                await alter_topic_config(ctx, r.resource_name, changes, bool(request.validate_only))
+            elif r.resource_type == ConfigResourceType.BROKER:
+                refuse_broker_change(ctx)
+            else:
+                raise BrokerError(ErrorCode.INVALID_REQUEST, f"config resource type {r.resource_type} is not served")
+        except BrokerError as exc:
+            results.append(result(error_code=error_code(exc), error_message=error_message(exc),
+                                  resource_type=r.resource_type, resource_name=r.resource_name))  # fmt: skip
+            continue
+        results.append(result(error_code=0, error_message=None, resource_type=r.resource_type,
+                              resource_name=r.resource_name))  # fmt: skip
+    return results
