@@ -55,6 +55,9 @@ EVENT_DRIVEN = (
     "txbroker_duplicate_batches",
     "txbroker_out_of_order_rejections",
     "txbroker_produce_errors",
+    # per-request Kafka listener series: none until a Kafka client sends a request (this workload speaks HTTP)
+    "txbroker_kafka_requests",
+    "txbroker_kafka_request_duration",
 )
 
 
