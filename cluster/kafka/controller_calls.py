@@ -23,7 +23,7 @@ from ..http.services import Services
 from ..security.node_calls import NodeCallSigner
 from .api import RequestContext
 
-__all__ = ["ControllerCalls", "forward"]
+__all__ = ["ControllerCalls", "create_at_controller", "forward"]
 
 
 class ControllerCalls:
@@ -84,3 +84,19 @@ async def forward(ctx: RequestContext, refused: BrokerError, method: str, path: 
     if calls is None or refused.error_code is not ErrorCode.NOT_CONTROLLER:
         raise refused
     return await calls.call(refused, method, path, body, ctx.guard.principal, ctx.guard.host)
+
+
+async def create_at_controller(
+    ctx: RequestContext, name: str, partitions: int, rf: int, config: dict[str, str]
+) -> tuple[int, int, int, dict[str, Any]]:
+    """Create ``name`` on the controller (here, or at its leader for the connection's principal):
+    its topic id, partition count, replication factor and config."""
+    s = ctx.services
+    try:
+        meta = await s.controller.create_topic(name, partitions, rf, config)
+    except BrokerError as exc:
+        body = {"name": name, "partitions": partitions, "replication_factor": rf, "config": config}
+        answer = await forward(ctx, exc, "POST", "/v1/topics", body)
+        return (int(answer["topic_id"]), len(answer["partitions"]), int(answer["replication_factor"]),
+                dict(answer.get("config") or {}))  # fmt: skip
+    return meta.topic_id, len(meta.partitions), rf, dict(meta.config)

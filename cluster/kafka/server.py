@@ -93,16 +93,6 @@ class KafkaServer:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
-    @property
-    def apis(self) -> dict[int, KafkaApi]:
-        return self._apis
-
-    @property
-    def port(self) -> int | None:
-        if self._server is None or not self._server.sockets:
-            return None
-        return int(self._server.sockets[0].getsockname()[1])
-
     async def start(self, host: str, port: int) -> None:
         await self._controller_calls.start()
         self._server = await asyncio.start_server(

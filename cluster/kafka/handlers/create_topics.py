@@ -27,7 +27,7 @@ from ...security.acl import CLUSTER_NAME, Operation, ResourceType
 from ...topics import TOPIC_CONFIG_DEFAULTS
 from ..api import KafkaApi, RequestContext, error_code, error_message
 from ..configs import ConfigSource
-from ..controller_calls import forward
+from ..controller_calls import create_at_controller
 from .metadata import topic_uuid
 
 __all__ = ["API", "requested_configs"]
@@ -85,14 +85,8 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> Any:
         _, assignment, cfg = s.controller.check_new_topic(name, partitions, rf, config)
         if validate_only:
             return _created(ctx, name, None, len(assignment), rf, cfg)
-        try:
-            meta = await s.controller.create_topic(name, partitions, rf, config)
-        except BrokerError as exc:
-            body = {"name": name, "partitions": partitions, "replication_factor": rf, "config": config}
-            answer = await forward(ctx, exc, "POST", "/v1/topics", body)
-            return _created(ctx, name, int(answer["topic_id"]), len(answer["partitions"]),
-                            int(answer["replication_factor"]), dict(answer.get("config") or {}))  # fmt: skip
-        return _created(ctx, name, meta.topic_id, len(meta.partitions), rf, dict(meta.config))
+        topic_id, count, rf, made = await create_at_controller(ctx, name, partitions, rf, config)
+        return _created(ctx, name, topic_id, count, rf, made)
     except BrokerError as exc:
         return _failed(name, exc)
 

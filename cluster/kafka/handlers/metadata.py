@@ -25,7 +25,7 @@ from clients.protocol import BrokerError, ErrorCode
 from ...security.acl import CLUSTER_NAME, Operation, ResourceType
 from ...topics import TopicMetadata
 from ..api import KafkaApi, RequestContext
-from ..controller_calls import forward
+from ..controller_calls import create_at_controller
 from .describe_cluster import NOT_ASKED as _NOT_ASKED
 from .describe_cluster import authorized_operations
 
@@ -90,11 +90,7 @@ async def _auto_create(ctx: RequestContext, name: str, request: Any) -> ErrorCod
     partitions = s.config.default_partitions
     rf = min(s.config.default_replication_factor, len(s.nodes.node_ids()))
     try:
-        try:
-            await s.controller.create_topic(name, partitions, rf, {})
-        except BrokerError as exc:
-            body = {"name": name, "partitions": partitions, "replication_factor": rf, "config": {}}
-            await forward(ctx, exc, "POST", "/v1/topics", body)
+        await create_at_controller(ctx, name, partitions, rf, {})
     except BrokerError as exc:
         if exc.error_code is ErrorCode.INVALID_TOPIC:
             return ErrorCode.INVALID_TOPIC
