@@ -310,6 +310,14 @@ class StoreView:
         self._it = it
         self._upper = upper
 
+    def last_key_below(self, upper: bytes) -> bytes | None:
+        """The greatest key ``< upper`` (None when there is none); re-positions the view."""
+        it = self._it
+        it.seek_for_prev(upper)
+        if it.valid() and cast(bytes, it.key()) >= upper:
+            it.prev()
+        return cast(bytes, it.key()) if it.valid() else None
+
     def range(
         self,
         lower: bytes,

@@ -12,7 +12,7 @@ from clients.protocol import BrokerError, ControlType, ErrorCode, Record, encode
 from storage.commands import AppendResult, encode_append, encode_delete_records
 from storage.errors import StorageCorruptionError
 from storage.partition_log import PartitionLog
-from storage.store import NodeStore
+from storage.store import NodeStore, StoreView
 
 PREFIX = b"P\x00\x00\x00\x01\x00\x00\x00\x00"
 OTHER = b"P\x00\x00\x00\x01\x00\x00\x00\x01"
@@ -288,6 +288,42 @@ def test_read_stops_at_max_bytes_but_returns_at_least_one_batch(ten_batches: Par
     assert len(ten_batches.read(0, size - 1)) == 1
     assert len(ten_batches.read(0, 3 * size)) == 3
     assert len(ten_batches.read(0, 3 * size + size - 1)) == 3
+
+
+class _CountingIter:
+    """A RocksDB iterator that counts the values read through it (each a whole blob read in a node)."""
+
+    def __init__(self, it: object, values: list[bytes]) -> None:
+        self._it, self._values = it, values
+
+    def value(self) -> bytes:
+        self._values.append(self._it.key())  # type: ignore[attr-defined]
+        return self._it.value()  # type: ignore[attr-defined,no-any-return]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._it, name)
+
+
+def test_fetch_reads_no_batch_value_it_does_not_return(
+    make_log: Callable[..., PartitionLog], store: NodeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = make_log()
+    fill(log, 6, records=2, size=100)
+    size = len(log.read(0, 1)[0].data)
+    read: list[bytes] = []
+    real_view = store.view
+
+    def counting_view(upper: bytes | None = None) -> StoreView:
+        view = real_view(upper)
+        view._it = _CountingIter(view._it, read)  # type: ignore[assignment]
+        return view
+
+    monkeypatch.setattr(store, "view", counting_view)
+    info = log.fetch(0, 2 * size + size // 2, read_committed=True)
+    assert [b.base_offset for b in info.batches] == [0, 2]
+    batch_keys = [k for k in read if k.startswith(PREFIX + b"b")]
+    assert len(batch_keys) == 2, "the third batch (would not fit) and no batch beyond the aborted index is read"
+    assert info.aborted_transactions == []
 
 
 def test_read_respects_the_upper_bound(ten_batches: PartitionLog) -> None:
