@@ -177,6 +177,21 @@ def test_a_damaged_compressed_stream_is_refused(codec: str) -> None:
     assert _refused(_recrc(data)) is ErrorCode.CORRUPT_MESSAGE
 
 
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_records_that_decompress_beyond_the_limit_are_refused_before_they_are_held(
+    codec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=CODECS[codec], is_transactional=False, producer_id=-1,
+                                  producer_epoch=-1, base_sequence=-1, batch_size=2**24)  # fmt: skip
+    for i in range(64):
+        b.append(i, TS, None, bytes(64 * 1024), [])  # 4 MiB of zeros: a few KiB compressed
+    bomb = bytes(b.build())
+    assert len(bomb) < 256 * 1024
+    parse_kafka_batch(bomb)  # within the default limit
+    monkeypatch.setattr("storage.kafka_batch.MAX_DECOMPRESSED_BYTES", 1 << 20)
+    assert _refused(bomb) is ErrorCode.MESSAGE_TOO_LARGE
+
+
 def test_records_with_offset_deltas_out_of_order_are_refused() -> None:
     b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
                                   producer_epoch=-1, base_sequence=-1, batch_size=2**20)  # fmt: skip
