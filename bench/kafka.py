@@ -112,7 +112,10 @@ def consume_kafka(bootstrap: str, topic: str, partitions: int, records: int, gro
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})  # fmt: skip
     try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        tps = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
+        for tp in tps:  # connects to every leader first, as the HTTP consumer's offset lookups do before its clock
+            consumer.get_watermark_offsets(tp, timeout=10)
+        consumer.assign(tps)
         got = payload = 0
         c0, t0 = os.times(), time.perf_counter()
         deadline = t0 + max(120.0, records / 1000)
