@@ -3,7 +3,7 @@
 ``python kafka_copier.py LIBRARY BOOTSTRAP HTTP_URL IN OUT PARTITIONS GROUP TRANSACTIONAL_ID`` copies
 every record of topic IN to OUT (same partition, value upper-cased) in transactions of at most 20
 records, each committing the consumed offsets with ``send_offsets_to_transaction``. LIBRARY is
-``confluent`` (confluent-kafka) or ``kafka-python``.
+``confluent`` (confluent-kafka), ``kafka-python`` or ``aiokafka``.
 
 On start it first takes over the transactional id (``init_transactions``: a previous instance is
 fenced and its open transaction aborted), then resumes from the group's committed offsets, asked of
@@ -14,6 +14,7 @@ it is killed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
@@ -95,9 +96,46 @@ def run_kafka_python(bootstrap: str, http_url: str, src: str, dst: str, partitio
         print(f"committed {total}", flush=True)
 
 
+async def copy_aiokafka(bootstrap: str, http_url: str, src: str, dst: str, partitions: int, group: str,
+                        tid: str) -> None:  # fmt: skip
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=tid, linger_ms=2,
+                                transaction_timeout_ms=30_000, request_timeout_ms=10_000)  # fmt: skip
+    await producer.start()  # InitProducerId: fences the previous instance
+    start = committed_offsets(http_url, group)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                                isolation_level="read_committed", auto_offset_reset="earliest")  # fmt: skip
+    await consumer.start()
+    tps = [TopicPartition(src, p) for p in range(partitions)]
+    consumer.assign(tps)
+    for tp in tps:
+        if tp.partition in start:
+            consumer.seek(tp, start[tp.partition])
+        else:
+            await consumer.seek_to_beginning(tp)
+    total = 0
+    while True:
+        got = await consumer.getmany(timeout_ms=500, max_records=BATCH)
+        records: list[Any] = [r for rs in got.values() for r in rs]
+        if not records:
+            continue
+        async with producer.transaction():
+            for r in records:
+                await producer.send(dst, key=r.key, value=r.value.upper(), partition=r.partition)
+            offsets = {tp: await consumer.position(tp) for tp in tps}
+            await producer.send_offsets_to_transaction(offsets, group)
+        total += len(records)
+        print(f"committed {total}", flush=True)
+
+
+def run_aiokafka(bootstrap: str, http_url: str, src: str, dst: str, partitions: int, group: str, tid: str) -> None:
+    asyncio.run(copy_aiokafka(bootstrap, http_url, src, dst, partitions, group, tid))
+
+
 def main(argv: list[str]) -> None:
     library, bootstrap, http_url, src, dst, partitions, group, tid = argv
-    run = run_confluent if library == "confluent" else run_kafka_python
+    run = {"confluent": run_confluent, "kafka-python": run_kafka_python, "aiokafka": run_aiokafka}[library]
     run(bootstrap, http_url, src, dst, int(partitions), group, tid)
 
 

@@ -676,7 +676,7 @@ def _progress(log: Path) -> int:
     return int(lines[-1].split()[1]) if lines else 0
 
 
-@pytest.mark.parametrize("library", ["confluent", "kafka-python"])
+@pytest.mark.parametrize("library", ["confluent", "kafka-python", "aiokafka"])
 def test_copier_killed_midway_and_restarted_copies_exactly_once(
     kafka_cluster: LocalCluster, library: str, tmp_path: Path
 ) -> None:
