@@ -18,7 +18,10 @@ Against one 3-node cluster (``txbroker bench kafka`` starts it), 1 KiB records:
   (``cluster.copier``, a transaction every 100 ms) copies the HTTP topic.
   Both outputs are read back: every input value exactly once.
 
-Same process, same cluster, one after the other: ratios come from one run.
+Same process, same cluster, one after the other: each round (``--rounds``)
+produces through both doors (the order alternating between rounds) and reads
+both topics back, and a ratio pairs the two doors of one round; the report
+gives the median ratio and every round's.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import sys
 import time
 from collections import Counter
@@ -206,35 +210,72 @@ def verify_kafka(bootstrap: str, topic: str, partitions: int, records: int) -> N
         raise BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{topic}: {len(seen)} values ({dups} twice), not {records}")
 
 
-def run(cluster: BenchCluster, *, records: int, size: int, partitions: int, copy_records: int) -> dict[str, Any]:
+def _paired(rounds: list[dict[str, Any]], http: str, kafka: str) -> dict[str, Any]:
+    """Per-round Kafka / HTTP ratios of records/s, their median, and each door's median rate."""
+    ratios = [r[kafka]["records_per_s"] / r[http]["records_per_s"] for r in rounds]
+    return {
+        "ratio_kafka_over_http": round(statistics.median(ratios), 2),
+        "ratios_by_round": [round(x, 2) for x in ratios],
+        f"{http}_records_per_s": round(statistics.median(r[http]["records_per_s"] for r in rounds)),
+        f"{kafka}_records_per_s": round(statistics.median(r[kafka]["records_per_s"] for r in rounds)),
+        "rounds": rounds,
+    }
+
+
+def _produce_round(urls: list[str], bootstrap: str, http_topic: str, kafka_topic: str, records: int, size: int,
+                   kafka_first: bool) -> dict[str, Any]:  # fmt: skip
+    out: dict[str, Any] = {}
+    for door in ("kafka", "http") if kafka_first else ("http", "kafka"):
+        if door == "http":
+            out["http_python_producer"] = asyncio.run(produce_http(urls, http_topic, records, size))
+        else:
+            out["kafka_confluent_producer"] = produce_kafka(bootstrap, kafka_topic, records, size)
+    return out
+
+
+def _consume_round(urls: list[str], bootstrap: str, http_topic: str, kafka_topic: str, records: int,
+                   partitions: int, kafka_first: bool, r: int) -> dict[str, Any]:  # fmt: skip
+    out: dict[str, Any] = {}
+    for door in ("kafka", "http") if kafka_first else ("http", "kafka"):
+        if door == "http":
+            out["http_python_consumer"] = asyncio.run(consume_http(urls, http_topic, records))
+        else:
+            out["kafka_confluent_consumer"] = consume_kafka(bootstrap, kafka_topic, partitions, records,
+                                                            f"kb-consume-{r}")  # fmt: skip
+    return out
+
+
+def run(cluster: BenchCluster, *, records: int, size: int, partitions: int, copy_records: int,
+        rounds: int = 3) -> dict[str, Any]:  # fmt: skip
+    """Each round writes ``records`` through each door (alternating which goes first) and reads each topic
+    back whole through each door; ratios are paired within a round."""
     urls = [c.url for c in cluster.configs]
     bootstrap = ",".join(c.self_address.kafka_address or "" for c in cluster.configs)
-    for topic in (HTTP_TOPIC, KAFKA_TOPIC, f"{KAFKA_TOPIC}-out"):
-        asyncio.run(ensure_topic(urls, topic, partitions, 3))
-    produce = {
-        "http_python_producer": asyncio.run(produce_http(urls, HTTP_TOPIC, records, size)),
-        "kafka_confluent_producer": produce_kafka(bootstrap, KAFKA_TOPIC, records, size),
-    }
-    produce["ratio_kafka_over_http"] = round(
-        produce["kafka_confluent_producer"]["records_per_s"] / produce["http_python_producer"]["records_per_s"], 2
-    )
-    consume = {
-        "http_python_consumer": asyncio.run(consume_http(urls, HTTP_TOPIC, records)),
-        "kafka_confluent_consumer": consume_kafka(bootstrap, KAFKA_TOPIC, partitions, records, "kb-consume"),
-        "cross_door_http_reads_kafka_topic": asyncio.run(consume_http(urls, KAFKA_TOPIC, records)),
-        "cross_door_kafka_reads_http_topic": consume_kafka(bootstrap, HTTP_TOPIC, partitions, records, "kb-cross"),
-    }
-    consume["ratio_kafka_over_http"] = round(
-        consume["kafka_confluent_consumer"]["records_per_s"] / consume["http_python_consumer"]["records_per_s"], 2
-    )
+    produce_rounds: list[dict[str, Any]] = []
+    consume_rounds: list[dict[str, Any]] = []
+    asyncio.run(ensure_topic(urls, f"{KAFKA_TOPIC}-out", partitions, 3))
+    for r in range(rounds):
+        http_topic, kafka_topic = f"{HTTP_TOPIC}-{r}", f"{KAFKA_TOPIC}-{r}"
+        for topic in (http_topic, kafka_topic):
+            asyncio.run(ensure_topic(urls, topic, partitions, 3))
+        kafka_first = r % 2 == 1
+        produce_rounds.append(_produce_round(urls, bootstrap, http_topic, kafka_topic, records, size, kafka_first))
+        consume_rounds.append(
+            _consume_round(urls, bootstrap, http_topic, kafka_topic, records, partitions, kafka_first, r)
+        )
+    produce = _paired(produce_rounds, "http_python_producer", "kafka_confluent_producer")
+    consume = _paired(consume_rounds, "http_python_consumer", "kafka_confluent_consumer")
+    first_http, first_kafka = f"{HTTP_TOPIC}-0", f"{KAFKA_TOPIC}-0"
+    consume["cross_door_http_reads_kafka_topic"] = asyncio.run(consume_http(urls, first_kafka, records))
+    consume["cross_door_kafka_reads_http_topic"] = consume_kafka(bootstrap, first_http, partitions, records, "kb-cross")
     n = min(copy_records, records)
     copy: dict[str, Any] = {}
     try:
-        copy["kafka_confluent_copier"] = copy_kafka(bootstrap, KAFKA_TOPIC, f"{KAFKA_TOPIC}-out", n)
+        copy["kafka_confluent_copier"] = copy_kafka(bootstrap, first_kafka, f"{KAFKA_TOPIC}-out", n)
         verify_kafka(bootstrap, f"{KAFKA_TOPIC}-out", partitions, n)
     except BrokerError as exc:  # reported in the result; the other figures of the run stand
         copy["kafka_confluent_copier"] = {"error": str(exc)}
-    copy["txbroker_copy"] = asyncio.run(txbroker_copy_throughput(urls, HTTP_TOPIC, "kb", n, partitions, 0, 100))
+    copy["txbroker_copy"] = asyncio.run(txbroker_copy_throughput(urls, first_http, "kb", n, partitions, 0, 100))
     return {
         "machine": machine_info(),
         "record_size": size,
@@ -251,11 +292,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record-size", type=int, default=1024)
     p.add_argument("--partitions", type=int, default=3)
     p.add_argument("--copy-records", type=int, default=50_000, help="records each copier copies")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of produce and consume through both doors")
     p.add_argument("--json", action="store_true", help="print JSON only")
     args = p.parse_args(argv)
     with fresh_cluster("txbroker-bench-kafka-") as cluster:
         result = run(cluster, records=args.records, size=args.record_size, partitions=args.partitions,
-                     copy_records=args.copy_records)  # fmt: skip
+                     copy_records=args.copy_records, rounds=args.rounds)  # fmt: skip
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 
