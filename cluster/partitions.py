@@ -43,6 +43,7 @@ from storage.commands import (
     TxnMarkerResult,
     encode_append,
     encode_carried_append,
+    encode_delete_records,
     encode_retention,
     encode_revoke_marker,
     encode_txn_marker,
@@ -491,6 +492,29 @@ class PartitionService:
         found = await asyncio.to_thread(plog.record_for_timestamp, timestamp_ms)
         bound = plog.last_stable_offset if read_committed else plog.high_watermark
         return found if found is not None and found[0] < bound else (-1, -1)
+
+    async def delete_records(self, topic: str, partition: int, before_offset: int, timeout_ms: int) -> int:
+        """Kafka's DeleteRecords on the partition's leader: the log start offset moves up to ``before_offset``
+        (-1: the high watermark) through the partition's Raft log; answers the log start offset after it (the
+        low watermark). An offset below -1 or above the high watermark is OFFSET_OUT_OF_RANGE; one at or
+        below the log start changes nothing. Producer state stays (the producers' sequences go on). The answer
+        waits for the Raft commit, within ``timeout_ms`` (at most ``request_timeout_ms``; 0 or less: that)."""
+        _meta, rep = self._leader_replica(topic, partition)
+        plog = rep.log
+        if before_offset < -1 or before_offset > plog.high_watermark:
+            raise BrokerError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"cannot delete records of {topic}-{partition} before {before_offset}: "
+                f"the high watermark is {plog.high_watermark}",
+            )
+        if before_offset != -1 and before_offset <= plog.log_start_offset:
+            return plog.log_start_offset
+        limit = self.config.request_timeout_ms
+        timeout = (min(timeout_ms, limit) if timeout_ms > 0 else limit) / 1000  # 0: Kafka's "do not wait"
+        result = await self._submit(rep, encode_delete_records(before_offset), timeout=timeout)
+        if isinstance(result, BrokerError):
+            raise result
+        return int(result.log_start_offset)
 
     # ---- producer state and markers --------------------------------------------------------------
 

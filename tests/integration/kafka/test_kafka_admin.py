@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -55,6 +55,8 @@ from kafka.protocol.admin import (
     CreateTopicsResponse,
     DeleteAclsRequest,
     DeleteAclsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeAclsRequest,
@@ -259,6 +261,48 @@ def test_kafka_python_admin_round_trip(kafka_cluster: LocalCluster, kp_admin: Ka
     wait_for(lambda: _http_topic(kafka_cluster, name)[0] == 404, 10, "the topic gone")
 
 
+def test_delete_records_with_confluent_kafka(kafka_cluster: LocalCluster, admin: AdminClient) -> None:
+    topic = unique("delrec")
+    kafka_cluster.create_topic(topic, partitions=1)
+    failed: list[Any] = []
+    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "enable.idempotence": True,
+                         "message.timeout.ms": 10000})  # fmt: skip
+    for i in range(10):
+        producer.produce(topic, value=b"%d" % i, partition=0, on_delivery=lambda err, _m: err and failed.append(err))
+    assert producer.flush(_TIMEOUT) == 0 and failed == []
+
+    def delete(offset: int) -> Any:
+        tp = TopicPartition(topic, 0, offset)
+        return admin.delete_records([tp], operation_timeout=10)[tp]
+
+    assert delete(4).result(timeout=_TIMEOUT).low_watermark == 4
+    consumer = Consumer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "group.id": unique("delrec"),
+                         "enable.auto.commit": False})  # fmt: skip
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=_TIMEOUT) == (4, 10)
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        msg = None
+        deadline = _TIMEOUT
+        while msg is None and deadline > 0:
+            msg = consumer.poll(1.0)
+            deadline -= 1
+        assert msg is not None and msg.error() is None and (msg.offset(), msg.value()) == (4, b"4")
+    finally:
+        consumer.close()
+
+    # the idempotent producer's sequences go on: its state outlives the deleted batches
+    producer.produce(topic, value=b"10", partition=0, on_delivery=lambda err, _m: err and failed.append(err))
+    assert producer.flush(_TIMEOUT) == 0 and failed == []
+
+    # below the log start nothing changes; past the high watermark is out of range; -1 is the high watermark
+    assert delete(2).result(timeout=_TIMEOUT).low_watermark == 4
+    err = _error(delete(12))
+    assert err is not None and err.code() == KafkaError.OFFSET_OUT_OF_RANGE
+    assert delete(OFFSET_END).result(timeout=_TIMEOUT).low_watermark == 11
+    wait_for(lambda: _http_topic(kafka_cluster, topic)[1]["partitions"][0]["log_start_offset"] == 11, 10,
+             "the HTTP API's log start offset")  # fmt: skip
+
+
 def _raw(cluster: LocalCluster, node: int, request: Any, response_class: Any, version: int) -> Any:
     """One request to one node's Kafka listener; its decoded response."""
     host, port = cluster.configs[node - 1].self_address.kafka_address.rsplit(":", 1)  # type: ignore[union-attr]
@@ -361,6 +405,10 @@ def test_every_admin_api_answers_in_its_lowest_and_highest_version(kafka_cluster
         (CreateAclsRequest(creations=[]), CreateAclsResponse, (1, 3), lambda r: r.results == []),
         (DeleteAclsRequest(filters=[DeleteAclsRequest.DeleteAclsFilter(**acl_filter)]), DeleteAclsResponse, (1, 3),
          lambda r: [f.error_code for f in r.filter_results] == [0]),
+        (DeleteRecordsRequest(topics=[DeleteRecordsRequest.DeleteRecordsTopic(name=topic, partitions=[
+            DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition(partition_index=0, offset=0)])],
+            timeout_ms=5000), DeleteRecordsResponse, (0, 2),
+         lambda r: [p.error_code for p in r.topics[0].partitions] in ([0], [KafkaError.NOT_LEADER_FOR_PARTITION])),
     ]  # fmt: skip
     for request, response_class, versions, check in cases:
         for version in versions:
