@@ -305,7 +305,8 @@ def test_kafka_python_commits_are_read_by_the_http_api_and_back(
     kafka_python_members.append(member)
     _wait_exactly_once(kafka_python_members, topic)
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    member.call(lambda c: c.commit({tp: OffsetAndMetadata(10 + tp.partition, "m", -1) for tp in tps}))
+    # committed leader epochs (-1: none) are kept with the offsets and answered back
+    member.call(lambda c: c.commit({tp: OffsetAndMetadata(10 + tp.partition, "m", tp.partition - 1) for tp in tps}))
     assert _http_offsets(kafka_cluster, group) == {(topic, p): 10 + p for p in range(PARTITIONS)}
     assert member.call(lambda c: c.committed(tps[3])) == 13
     # a commit of the wrong generation is fenced and changes nothing
@@ -325,6 +326,9 @@ def test_kafka_python_commits_are_read_by_the_http_api_and_back(
                            enable_auto_commit=False)  # fmt: skip
     try:
         assert reader.committed(tps[1]) == 42 and reader.committed(tps[0]) == 10
+        assert [reader.committed(tp, metadata=True) for tp in tps] == [
+            OffsetAndMetadata(10, "m", -1), OffsetAndMetadata(42, "", -1),  # the HTTP commit carries no epoch
+            OffsetAndMetadata(12, "m", 1), OffsetAndMetadata(13, "m", 2)]  # fmt: skip
     finally:
         reader.close()
 

@@ -42,9 +42,6 @@ SELECTED = [
 ]
 PRE_CREATED = ("idempotent_test_topic", "transactional_test_topic")
 NOT_SELECTED: dict[str, str] = {
-    "test/integration/test_producer_integration.py::test_transactional_producer_offsets": (
-        "expects the committed offset's leader epoch back; txbroker does not track leader epochs (-1)"
-    ),
     "test/integration/test_consumer_integration.py::test_kafka_version_infer": (
         "expects ApiVersions to match Kafka 3.9's exact ranges; the listener advertises what it serves"
     ),
