@@ -71,8 +71,8 @@ class LogReader:
         while the total stays within ``max_bytes``, and the read stops once a
         next batch as large as the last one taken would not fit (a batch's
         value is read whole from RocksDB's blob files, so one read and left
-        out costs as much as one returned: with 1 MiB producer batches that
-        was half of a fetch's time). ``offset == HW`` gives [].
+        out costs as much as one returned: with 1 MiB producer batches, as
+        much again as the fetch). ``offset == HW`` gives [].
         Raises ``BrokerError(OFFSET_OUT_OF_RANGE)`` for an offset below the log
         start or above the HW, ``BrokerError(CORRUPT_MESSAGE)`` for bad bytes.
         """
