@@ -34,6 +34,8 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Any
 
 from clients.aio import AsyncConsumer, AsyncProducer
@@ -222,27 +224,14 @@ def _paired(rounds: list[dict[str, Any]], http: str, kafka: str) -> dict[str, An
     }
 
 
-def _produce_round(urls: list[str], bootstrap: str, http_topic: str, kafka_topic: str, records: int, size: int,
-                   kafka_first: bool) -> dict[str, Any]:  # fmt: skip
-    out: dict[str, Any] = {}
-    for door in ("kafka", "http") if kafka_first else ("http", "kafka"):
-        if door == "http":
-            out["http_python_producer"] = asyncio.run(produce_http(urls, http_topic, records, size))
-        else:
-            out["kafka_confluent_producer"] = produce_kafka(bootstrap, kafka_topic, records, size)
-    return out
+def _in_loop(fn: Callable[..., Coroutine[Any, Any, dict[str, Any]]], *args: Any) -> dict[str, Any]:
+    return asyncio.run(fn(*args))
 
 
-def _consume_round(urls: list[str], bootstrap: str, http_topic: str, kafka_topic: str, records: int,
-                   partitions: int, kafka_first: bool, r: int) -> dict[str, Any]:  # fmt: skip
-    out: dict[str, Any] = {}
-    for door in ("kafka", "http") if kafka_first else ("http", "kafka"):
-        if door == "http":
-            out["http_python_consumer"] = asyncio.run(consume_http(urls, http_topic, records))
-        else:
-            out["kafka_confluent_consumer"] = consume_kafka(bootstrap, kafka_topic, partitions, records,
-                                                            f"kb-consume-{r}")  # fmt: skip
-    return out
+def _one_round(http: tuple[str, Callable[[], dict[str, Any]]], kafka: tuple[str, Callable[[], dict[str, Any]]],
+               kafka_first: bool) -> dict[str, Any]:  # fmt: skip
+    """Both doors' measurements of one round, in the round's order, by name."""
+    return {name: measure() for name, measure in ((kafka, http) if kafka_first else (http, kafka))}
 
 
 def run(cluster: BenchCluster, *, records: int, size: int, partitions: int, copy_records: int,
@@ -259,10 +248,19 @@ def run(cluster: BenchCluster, *, records: int, size: int, partitions: int, copy
         for topic in (http_topic, kafka_topic):
             asyncio.run(ensure_topic(urls, topic, partitions, 3))
         kafka_first = r % 2 == 1
-        produce_rounds.append(_produce_round(urls, bootstrap, http_topic, kafka_topic, records, size, kafka_first))
-        consume_rounds.append(
-            _consume_round(urls, bootstrap, http_topic, kafka_topic, records, partitions, kafka_first, r)
+        produce_rounds.append(
+            _one_round(
+                ("http_python_producer", partial(_in_loop, produce_http, urls, http_topic, records, size)),
+                ("kafka_confluent_producer", partial(produce_kafka, bootstrap, kafka_topic, records, size)),
+                kafka_first,
+            )
         )
+        consume_rounds.append(_one_round(
+            ("http_python_consumer", partial(_in_loop, consume_http, urls, http_topic, records)),
+            ("kafka_confluent_consumer",
+             partial(consume_kafka, bootstrap, kafka_topic, partitions, records, f"kb-consume-{r}")),
+            kafka_first,
+        ))  # fmt: skip
     produce = _paired(produce_rounds, "http_python_producer", "kafka_confluent_producer")
     consume = _paired(consume_rounds, "http_python_consumer", "kafka_confluent_consumer")
     first_http, first_kafka = f"{HTTP_TOPIC}-0", f"{KAFKA_TOPIC}-0"
