@@ -28,8 +28,10 @@ import time
 import urllib.request
 from typing import Any
 
+from cluster.health import scrape
+
 from .harness import BenchCluster, fresh_cluster, http_json
-from .measure import host_cpu, pct, proc_stat
+from .measure import host_cpu, pct, proc_stat, sum_samples
 from .produce_load import drive_produce
 
 IDLE_TOPIC = "idle"
@@ -122,8 +124,11 @@ def leader_spread(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return {"leaders_per_node": dict(sorted(per_node.items())), "on_preferred_replica": preferred}
 
 
-def campaign_counters(cluster: BenchCluster) -> dict[str, int]:
-    return {name: int(cluster.counter_sum(f"txbroker_{name}")) for name in CAMPAIGN_COUNTERS}
+def campaign_counters(cluster: BenchCluster, nodes: list[int] | None = None) -> dict[str, int]:
+    """The campaign counters summed over ``nodes`` (default: every live node)."""
+    urls = [cluster.url(n) for n in nodes] if nodes is not None else cluster.live_urls()
+    scrapes = [scrape(u, timeout=5, access=cluster.access) or {} for u in urls]
+    return {name: int(sum_samples(scrapes, f"txbroker_{name}")) for name in CAMPAIGN_COUNTERS}
 
 
 def scenario_create(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any]:
@@ -164,11 +169,11 @@ def scenario_failover_many(opts: argparse.Namespace, shared: dict[str, Any]) -> 
         victim = max(counts, key=lambda k: counts[k])
         led = {p["partition"] for p in parts if p["leader"] == victim}
         survivors = [c.node_id for c in cluster.configs if c.node_id != victim]
-        before = campaign_counters(cluster)
+        before = campaign_counters(cluster, survivors)
         t_kill = time.monotonic()
         cluster.kill(victim)
         times = poll_new_leaders(cluster, survivors, victim, led, opts.failover_timeout, t_kill)
-        after = campaign_counters(cluster)
+        after = campaign_counters(cluster, survivors)
     got = sorted(times.values())
     missing = len(led) - len(got)
     out: dict[str, Any] = {

@@ -161,11 +161,11 @@ _slots: weakref.WeakKeyDictionary[Any, CampaignSlots] = weakref.WeakKeyDictionar
 _staggered: weakref.WeakKeyDictionary[Any, list[int]] = weakref.WeakKeyDictionary()
 
 
-def slots_for(shard: Any) -> CampaignSlots:
-    """The campaign slots of one ticker shard (created on first use)."""
+def slots_for(shard: Any, limit: int = DEFAULT_LIMIT) -> CampaignSlots:
+    """The campaign slots of one ticker shard (created on first use, with ``limit`` slots)."""
     slots = _slots.get(shard)
     if slots is None:
-        slots = _slots[shard] = CampaignSlots()
+        slots = _slots[shard] = CampaignSlots(limit)
     return slots
 
 
@@ -199,12 +199,13 @@ class CampaignScheduling:
     """SyncObj mixin: successor rank and campaign slots (module doc). List it before ``QuorumGuard``.
 
     ``txb_preference`` is the group's replica list (Raft addresses, preferred first), ``txb_shard``
-    the ticker shard whose slots it shares, ``stagger_s`` the delay per rank. QuorumGuard asks
-    ``_txb_campaign_hold`` before every pre-vote round. Ticker thread only.
+    the ticker shard whose slots it shares (``txb_campaign_slots`` of them), ``stagger_s`` the delay
+    per rank. QuorumGuard asks ``_txb_campaign_hold`` before every pre-vote round. Ticker thread only.
     """
 
     txb_preference: tuple[str, ...] = ()
     txb_shard: Any = None
+    txb_campaign_slots = DEFAULT_LIMIT
     stagger_s = DEFAULT_STAGGER_S
     txb_name = ""
     _txb_last_leader: str | None = None
@@ -240,9 +241,10 @@ class CampaignScheduling:
                 return delay * random.uniform(1.0, 1.25)
         if self.txb_shard is None:
             return 0.0
-        if not slots_for(self.txb_shard).try_acquire(self.txb_name, now, self._txb_slot_free):
+        slots = slots_for(self.txb_shard, self.txb_campaign_slots)
+        if not slots.try_acquire(self.txb_name, now, self._txb_slot_free):
             # Woken when a slot is reserved for it; the timer stays only as a backstop.
-            return slots_for(self.txb_shard).hold_s * random.uniform(2.0, 3.0)
+            return slots.hold_s * random.uniform(2.0, 3.0)
         self._txb_slot_contact = contact
         return 0.0
 

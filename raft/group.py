@@ -103,6 +103,7 @@ class _GroupSyncObj(MembershipLog, CampaignScheduling, QuorumGuard, patches.Coal
         self.delay_idle_commit_notify = owner.delay_idle_commit_notify
         self.txb_preference = owner.members  # campaign order (``raft.campaigns``)
         self.txb_shard = owner._shard
+        self.txb_campaign_slots = owner._settings.campaign_slots
         super().__init__(*args, **kwargs)
 
     def _wake_at(self, when: float) -> None:
