@@ -80,16 +80,17 @@ def request_topic(cluster: BenchCluster, topic: str, partitions: int, timeout: f
     """Create ``topic`` (RF 3) through the controller, following its 421 redirect; no waiting for leaders."""
     body = {"name": topic, "partitions": partitions, "replication_factor": 3}
     deadline = time.monotonic() + timeout
-    url = cluster.url(1)
+    url, retried = cluster.url(1), False
     while time.monotonic() < deadline:
         status, res = http_json("POST", url + "/v1/topics", body, timeout=timeout, access=cluster.access)
-        if status == 201:
-            return
+        if status == 201 or (retried and res.get("error_code") == "TOPIC_ALREADY_EXISTS"):
+            return  # (already there after a retry: the earlier attempt made it)
         if status == 421 and res.get("leader_url"):
             url = str(res["leader_url"])
             continue
         if not res.get("retriable"):
             raise RuntimeError(f"create topic {topic}: {status} {res}")
+        retried = True
         time.sleep(0.2)
     raise TimeoutError(f"create topic {topic}: no controller answered within {timeout}s")
 
