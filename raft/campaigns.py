@@ -13,7 +13,11 @@ sends thousands of pre-vote and vote rounds in the same few ticks.
   do. A fresh group (no leader yet) starts from the head of the list: its
   preferred replica. Rank 0 campaigns when its election timer runs out; rank
   ``k`` waits ``k * stagger_s`` more, once per leaderless episode, so it only
-  campaigns when the replicas before it could not win.
+  campaigns when the replicas before it could not win. A new group (no
+  leader yet) first waits until every peer's replica exists (answers its
+  connection), for at most ``NEW_GROUP_WAIT_S``: the nodes of a big topic
+  build its groups at their own pace, and a campaign towards a replica not
+  built yet only fails.
 * **Campaign slots.** A node runs at most ``limit`` campaigns (a pre-vote round
   and the election it allows) at once. A campaign holds its slot until the group
   has a leader (itself or another) or ``hold_s`` passes; a group that finds
@@ -41,6 +45,9 @@ DEFAULT_LIMIT = 64
 DEFAULT_HOLD_S = 0.5
 #: How much longer each successor rank waits than the one before it.
 DEFAULT_STAGGER_S = 1.0
+#: The longest a new group waits for its peers' replicas to exist before campaigning without them.
+NEW_GROUP_WAIT_S = 10.0
+NEW_GROUP_RECHECK_S = 0.2
 _LEADER = 2
 
 
@@ -63,6 +70,13 @@ def successor_rank(preference: Sequence[str], voters: Iterable[str], last_leader
     """``me``'s place in ``successor_order`` (0: campaigns first); the last place when it is not a voter."""
     order = successor_order(preference, voters, last_leader)
     return order.index(me) if me in order else len(order)
+
+
+def new_group_may_campaign(age_s: float, connected: int, peers: int, wait_s: float | None = None) -> bool:
+    """A new group (no leader, term 0) campaigns once every peer's replica answers its connection (a pre-vote
+    to a replica not created yet goes unanswered and costs a slot and an election timeout), or once it
+    is ``wait_s`` old (a peer down for good must not keep it leaderless)."""
+    return connected >= peers or age_s >= (NEW_GROUP_WAIT_S if wait_s is None else wait_s)
 
 
 def rank_delay(rank: int, stagger_s: float) -> float:
@@ -212,6 +226,7 @@ class CampaignScheduling:
     _txb_staggered_for: float | None = None
     _txb_slot_contact: float | None = None
     _txb_leader_contact: float | None = None
+    _txb_born: float | None = None
 
     def _onTick(self, timeToWait: float = 0.0) -> None:  # PySyncObj's names
         leader = patches.raft_leader_node(self)
@@ -229,6 +244,12 @@ class CampaignScheduling:
     def _txb_campaign_hold(self, now: float) -> float:
         """Seconds to wait before this campaign (0: start it now)."""
         contact = self._txb_leader_contact or _NO_CONTACT
+        if contact == _NO_CONTACT and int(self.raftCurrentTerm) == 0:  # type: ignore[attr-defined]  # SyncObj's
+            if self._txb_born is None:
+                self._txb_born = now
+            others = patches.other_nodes(self)
+            if not new_group_may_campaign(now - self._txb_born, len(patches.connected_nodes(self)), len(others)):
+                return NEW_GROUP_RECHECK_S * random.uniform(1.0, 1.5)
         if self._txb_staggered_for != contact:
             self._txb_staggered_for = contact
             me = str(patches.self_node(self).id)
