@@ -205,9 +205,17 @@ class RaftNode:
         for m in spec.members:
             split_address(m)
         shard = self._shard_for(spec.group_id)
+        data_dir = self.data_dir / group_dir_name(spec.group_id)
         with self._lock:
             if not self._started or self._stopped:
                 raise RaftError("RaftNode is not running")
+            if spec.group_id in self._groups:
+                raise RaftError(f"group {spec.group_id!r} already exists")
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)  # here, not on the ticker thread (a directory entry written)
+        except OSError as e:
+            raise RaftError(f"cannot create group {spec.group_id!r}: {e}") from e
+        with self._lock:
             if spec.group_id in self._groups:
                 raise RaftError(f"group {spec.group_id!r} already exists")
             group = RaftGroup(
@@ -215,7 +223,7 @@ class RaftNode:
                 members=tuple(dict.fromkeys(spec.members)),
                 self_address=self.self_address,
                 sm=spec.sm,
-                data_dir=str(self.data_dir / group_dir_name(spec.group_id)),
+                data_dir=str(data_dir),
                 settings=self.settings,
                 loop=self._loop,
                 shard=shard,
