@@ -20,7 +20,7 @@ sends thousands of pre-vote and vote rounds in the same few ticks.
   built yet only fails.
 * **Campaign slots.** A node runs at most ``limit`` campaigns (a pre-vote round
   and the election it allows) at once. A campaign holds its slot until the group
-  has a leader (itself or another) or ``hold_s`` passes; a group that finds
+  has a leader (itself or another), its pre-vote fails, or ``hold_s`` passes; a group that finds
   no free slot waits in line and is woken, in order, when one frees up.
 
 Rank and slots only ever delay a campaign; never does a replica campaign
@@ -99,6 +99,7 @@ class CampaignSlots:
         self.limit = limit
         self.hold_s = hold_s
         self._held: dict[str, float] = {}  # key -> when its slot expires
+        self._next_expiry = float("inf")
         self._line: deque[tuple[str, Callable[[], None]]] = deque()
         self._waiting: set[str] = set()
         #: Campaigns started, campaigns that had to wait, and the most ever in flight at once.
@@ -118,6 +119,7 @@ class CampaignSlots:
         self._expire(now)
         if key in self._held:  # reserved for it when it was woken, or a retry of its own campaign
             self._held[key] = now + self.hold_s
+            self._next_expiry = min(self._next_expiry, now + self.hold_s)
             return True
         if len(self._held) < self.limit and not self._line:
             self._grant(key, now)
@@ -140,15 +142,22 @@ class CampaignSlots:
             self._line = deque(w for w in self._line if w[0] != key)
         self.release(key, now)
 
+    def poll(self, now: float) -> None:
+        """Free the slots whose ``hold_s`` has passed for the next in line (cheap when none has: every tick asks)."""
+        if now >= self._next_expiry:
+            self._expire(now)
+
     def _expire(self, now: float) -> None:
         expired = [k for k, until in self._held.items() if until <= now]
         for k in expired:
             del self._held[k]
+        self._next_expiry = min(self._held.values(), default=float("inf"))
         if expired:
             self._hand_on(now)
 
     def _grant(self, key: str, now: float) -> None:
         self._held[key] = now + self.hold_s
+        self._next_expiry = min(self._next_expiry, now + self.hold_s)
         self.granted += 1
         self.peak = max(self.peak, len(self._held))
 
@@ -233,13 +242,21 @@ class CampaignScheduling:
         if leader is not None and leader is not patches.self_node(self):
             self._txb_last_leader = str(leader.id)
         super()._onTick(timeToWait)  # type: ignore[misc]  # SyncObj provides it
+        if self.txb_shard is None:
+            return
+        slots, now = slots_for(self.txb_shard, self.txb_campaign_slots), patches.syncobj_clock()
+        slots.poll(now)
         contact = self._txb_slot_contact
-        if contact is not None and (
-            patches.raft_state(self) == _LEADER or (self._txb_leader_contact or _NO_CONTACT) != contact
+        if contact is None:
+            return
+        pre_vote = self._txb_round  # type: ignore[attr-defined]  # QuorumGuard's round in progress
+        if (
+            patches.raft_state(self) == _LEADER
+            or (self._txb_leader_contact or _NO_CONTACT) != contact
+            or (pre_vote is not None and pre_vote.lost)
         ):
-            self._txb_slot_contact = None
-            if self.txb_shard is not None:
-                slots_for(self.txb_shard).release(self.txb_name, patches.syncobj_clock())
+            self._txb_slot_contact = None  # it leads, follows a leader, or its pre-vote failed: the slot is free
+            slots.release(self.txb_name, now)
 
     def _txb_campaign_hold(self, now: float) -> float:
         """Seconds to wait before this campaign (0: start it now)."""

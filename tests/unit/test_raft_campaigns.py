@@ -102,3 +102,13 @@ def test_release_of_a_key_without_a_slot_changes_nothing() -> None:
 def test_a_limit_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="limit"):
         CampaignSlots(limit=0)
+
+
+def test_poll_hands_an_expired_slot_on_without_anyone_asking() -> None:
+    slots, wakes = CampaignSlots(limit=1, hold_s=0.5), Wakes()
+    assert slots.try_acquire("g1", 0.0, wakes.of("g1"))  # type: ignore[arg-type]
+    assert not slots.try_acquire("g2", 0.1, wakes.of("g2"))  # type: ignore[arg-type]
+    slots.poll(0.4)
+    assert wakes.woken == []
+    slots.poll(0.5)
+    assert wakes.woken == ["g2"] and slots.in_flight == 1 and slots.waiting == 0
