@@ -113,7 +113,7 @@ def wait_all_led(cluster: BenchCluster, topic: str, partitions: int, timeout: fl
         parts = metadata(cluster, 1, topic)
         if len(parts) == partitions and all(p["leader"] is not None and cluster.alive(p["leader"]) for p in parts):
             return parts
-        time.sleep(max(POLL_S, partitions / 20000))  # a metadata answer of N partitions costs the node ~N/20000 s
+        time.sleep(max(0.5, partitions / 4000))  # a metadata answer of N partitions costs the node ~N/20000 s
     raise TimeoutError(f"not every partition of {topic} has a leader after {timeout}s")
 
 

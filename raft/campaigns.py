@@ -44,7 +44,7 @@ DEFAULT_LIMIT = 64
 #: The longest a campaign holds its slot (its rounds went unanswered: the slot goes to the next in line).
 DEFAULT_HOLD_S = 0.5
 #: How much longer each successor rank waits than the one before it.
-DEFAULT_STAGGER_S = 1.0
+DEFAULT_STAGGER_S = 2.0
 #: The longest a new group waits for its peers' replicas to exist before campaigning without them.
 NEW_GROUP_WAIT_S = 10.0
 NEW_GROUP_RECHECK_S = 0.2
