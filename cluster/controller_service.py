@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,6 +113,8 @@ _MAX_USER_NAME = 256
 _MAX_PASSWORD = 1024
 _APPLIED_POLL_S = 0.05  # a waiter looks again this often (an index may be applied without a security change)
 _BOOTSTRAP_RETRY_S = 0.5
+#: how long a metadata answer waits for the replicas of partitions it names no leader for (``refresh_leaders``)
+LEADER_REFRESH_TIMEOUT_S = 0.5
 
 
 def validate_user_name(name: object) -> str:
@@ -253,6 +255,19 @@ class ControllerService:
     def partition_leader(self, meta: TopicMetadata, partition: int) -> int | None:
         leader = self.partition_state(meta, partition)["leader"]
         return int(leader) if leader is not None else None
+
+    async def refresh_leaders(self, metas: Iterable[TopicMetadata], timeout: float = LEADER_REFRESH_TIMEOUT_S) -> None:
+        """Ask the replicas of every partition of ``metas`` this node names no leader for, now, rather than
+        wait for the next peer poll (a partition made a moment ago on other nodes has a leader they know
+        of first). Returns within ``timeout`` seconds; a partition still without one is in an election."""
+        nodes: set[int] = set()
+        for meta in metas:
+            for a in meta.partitions:
+                if self.partition_leader(meta, a.partition) is None:
+                    nodes.update(a.replicas)
+        nodes.discard(self.config.node_id)
+        if nodes:
+            await self._peer_view.refresh(nodes, timeout)
 
     def high_watermark(self, meta: TopicMetadata, partition: int) -> int:
         hw = self.partition_state(meta, partition).get("high_watermark")

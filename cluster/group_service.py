@@ -549,9 +549,20 @@ class GroupService:
         partitions: Collection[TopicPartition] | None = None,
         require_stable: bool = False,
     ) -> list[dict[str, Any]]:
-        part = self.leading(group_id)
-        found = part.sm.fetch_offsets(group_id, topics, partitions=partitions, require_stable=require_stable)
+        found = self.committed_offsets(group_id, topics, partitions=partitions, require_stable=require_stable)
         return [_offset_json(c) for c in found]
+
+    def committed_offsets(
+        self,
+        group_id: str,
+        topics: Collection[str] | None = None,
+        *,
+        partitions: Collection[TopicPartition] | None = None,
+        require_stable: bool = False,
+    ) -> list[CommittedOffset]:
+        """``fetch_offsets``' offsets as committed (with Kafka's committed leader epoch)."""
+        part = self.leading(group_id)
+        return part.sm.fetch_offsets(group_id, topics, partitions=partitions, require_stable=require_stable)
 
     async def add_offsets_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                  group_id: str) -> int:  # fmt: skip

@@ -20,6 +20,7 @@ import functools
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -221,10 +222,12 @@ class PartitionService:
             raise self._not_leader(meta, partition)
         return meta, rep
 
-    async def _submit(self, rep: LocalReplica, command: bytes, timeout: float) -> Any:
+    async def _submit(
+        self, rep: LocalReplica, command: bytes, timeout: float, on_applied: Callable[[Any], None] | None = None
+    ) -> Any:
         started = time.perf_counter()
         try:
-            result = await rep.group.submit(command, timeout=timeout)
+            result = await rep.group.submit(command, timeout=timeout, on_applied=on_applied)
         except NotLeaderError as exc:
             raise self._not_leader(rep.topic, rep.partition) from exc
         except RaftTimeoutError as exc:
@@ -336,11 +339,12 @@ class PartitionService:
                 )
                 self.sequencer.submitted(seq_key, header.producer_epoch, header.base_sequence, header.record_count)
             command = self._append_command(p, header, carried)
+            count = functools.partial(self._count_produced, p, header)
             if acks == 0:
-                rep.group.submit_threadsafe(command, lambda _r, _e: None)
+                rep.group.submit_threadsafe(command, lambda r, e: count(r) if e is None else None)
                 return PartitionProduceResult(p.topic, p.partition)
-            result = await self._append(rep, command, timeout, seq_key if sequenced else None)
-            self._count_produced(p, header, result)
+            # counted when applied, not when answered: a write whose answer timed out still counts once
+            result = await self._append(rep, command, timeout, seq_key if sequenced else None, count)
             self._metrics.produce_duration.labels("ok").observe(time.perf_counter() - started)
             return PartitionProduceResult(
                 p.topic, p.partition, result.base_offset, result.log_append_time, duplicate=result.duplicate,
@@ -352,11 +356,16 @@ class PartitionService:
             return PartitionProduceResult(p.topic, p.partition, error=exc)
 
     async def _append(
-        self, rep: LocalReplica, command: bytes, timeout: float, seq_key: tuple[str, int, int] | None
+        self,
+        rep: LocalReplica,
+        command: bytes,
+        timeout: float,
+        seq_key: tuple[str, int, int] | None,
+        on_applied: Callable[[Any], None] | None = None,
     ) -> AppendResult:
         """Propose the append and wait for its apply; a sequenced batch's failure resets its sequencer."""
         try:
-            result = await self._submit(rep, command, timeout)
+            result = await self._submit(rep, command, timeout, on_applied)
         except BrokerError:
             if seq_key is not None:
                 self.sequencer.forget(seq_key)  # outcome unknown: start again from the applied state
@@ -369,7 +378,9 @@ class PartitionService:
             raise BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, f"unexpected append result {result!r}")
         return result
 
-    def _count_produced(self, p: ProducePartition, header: BatchHeader, result: AppendResult) -> None:
+    def _count_produced(self, p: ProducePartition, header: BatchHeader, result: object) -> None:
+        if not isinstance(result, AppendResult):
+            return  # refused by the log (an error result): nothing appended
         if result.duplicate:
             self._metrics.duplicate_batches.labels(p.topic).inc()
         else:

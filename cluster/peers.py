@@ -5,7 +5,10 @@ Every node polls ``GET /v1/internal/state`` of each peer once per
 is younger than three intervals. The answers also tell this node who leads
 partitions it does not replicate itself (RF < number of nodes), so it can
 answer ``NOT_LEADER_OR_FOLLOWER`` with the right ``leader_url`` and serve
-``/v1/metadata`` for the whole cluster.
+``/v1/metadata`` for the whole cluster. ``refresh`` polls chosen peers at
+once: a node asked about a partition whose leader it has no news of (a
+partition made a moment ago on other nodes) asks its replicas rather than
+answering from a view up to one interval old.
 
 Each poll is a node call signed afresh (``cluster.security.node_calls``), like
 every internal call: only nodes of the cluster can make it, and a captured one
@@ -16,9 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +60,8 @@ class PeerView:
         self.peers: dict[int, PeerState] = {n.id: PeerState(n.id) for n in config.nodes if n.id != config.node_id}
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
+        # node id -> the on-demand poll of that peer under way, and when it started (``refresh``)
+        self._refreshing: dict[int, tuple[asyncio.Task[None], float]] = {}
 
     def start(self) -> None:
         timeout = aiohttp.ClientTimeout(total=max(1.0, self._config.peer_poll_interval_s * 2))
@@ -63,10 +70,11 @@ class PeerView:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in [self._task, *(t for t, _ in self._refreshing.values())]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._session is not None:
             await self._session.close()
 
@@ -123,6 +131,43 @@ class PeerView:
 
     async def poll_now(self) -> None:
         await asyncio.gather(*(self._poll(p) for p in self.peers.values()), return_exceptions=True)
+
+    async def refresh(self, node_ids: Iterable[int], timeout: float) -> None:
+        """Poll the live peers among ``node_ids`` now; return once each has answered a poll that started
+        after this call, or after ``timeout`` seconds (what arrives later still updates the view).
+
+        Concurrent callers share polls: a poll of a peer already under way serves every caller that came
+        before it started; a caller that came later waits for it and then for the next one.
+        """
+        since = time.monotonic()
+        wanted = [
+            self.peers[n] for n in set(node_ids) if n != self._config.node_id and n in self.peers and self.is_alive(n)
+        ]
+        if not wanted:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                asyncio.gather(*(self._poll_after(p, since) for p in wanted), return_exceptions=True), timeout
+            )
+
+    async def _poll_after(self, peer: PeerState, since: float) -> None:
+        """Wait for a poll of ``peer`` that started at or after ``since`` (starting one when none is)."""
+        while True:
+            running = self._refreshing.get(peer.node_id)
+            if running is None or running[0].done():
+                task = asyncio.get_running_loop().create_task(self._poll(peer))
+                running = (task, time.monotonic())
+                self._refreshing[peer.node_id] = running
+                task.add_done_callback(functools.partial(self._poll_done, peer.node_id))
+            task, started = running
+            await asyncio.shield(task)
+            if started >= since:
+                return
+
+    def _poll_done(self, node_id: int, task: asyncio.Task[None]) -> None:
+        running = self._refreshing.get(node_id)
+        if running is not None and running[0] is task:
+            del self._refreshing[node_id]
 
     async def _poll(self, peer: PeerState) -> None:
         addr = self._nodes.node(peer.node_id) if self._nodes is not None else self._config.node(peer.node_id)

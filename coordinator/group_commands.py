@@ -55,6 +55,9 @@ class OffsetCommit:
     partition: int
     offset: int
     metadata: str = ""
+    #: Kafka's committed leader epoch: the leader epoch of the record before ``offset`` as the consumer saw it
+    #: (-1: none; kept and answered back, never checked here)
+    leader_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,13 +190,19 @@ def _list(d: Mapping[str, Any], key: str) -> list[Any]:
     return v
 
 
+def _offset_row(o: OffsetCommit) -> list[Any]:
+    """[topic, partition, offset, metadata], and the leader epoch after them when there is one."""
+    row: list[Any] = [o.topic, o.partition, o.offset, o.metadata]
+    return row if o.leader_epoch == -1 else [*row, o.leader_epoch]
+
+
 def _offsets(d: Mapping[str, Any], key: str) -> tuple[OffsetCommit, ...]:
     out = []
     for item in _list(d, key):
-        if not (isinstance(item, list) and len(item) == 4):
-            raise CommandDecodeError(f"{key}: each offset is [topic, partition, offset, metadata]")
-        o = {"t": item[0], "p": item[1], "o": item[2], "m": item[3]}
-        out.append(OffsetCommit(get_str(o, "t"), get_int(o, "p"), get_int(o, "o"), get_str(o, "m")))
+        if not (isinstance(item, list) and len(item) in (4, 5)):
+            raise CommandDecodeError(f"{key}: each offset is [topic, partition, offset, metadata, leader epoch?]")
+        o = {"t": item[0], "p": item[1], "o": item[2], "m": item[3], "e": item[4] if len(item) == 5 else -1}
+        out.append(OffsetCommit(get_str(o, "t"), get_int(o, "p"), get_int(o, "o"), get_str(o, "m"), get_int(o, "e")))
     return tuple(out)
 
 
@@ -211,7 +220,7 @@ _CODECS: Mapping[str, tuple[Callable[[Any], Any], Callable[[Mapping[str, Any], s
     "str": (lambda v: v, get_str),
     "str | None": (lambda v: v, get_opt_str),
     "bool": (lambda v: v, get_bool),
-    "tuple[OffsetCommit, ...]": (lambda v: [[o.topic, o.partition, o.offset, o.metadata] for o in v], _offsets),
+    "tuple[OffsetCommit, ...]": (lambda v: [_offset_row(o) for o in v], _offsets),
     "tuple[MemberMetadata, ...]": (lambda v: [member_json(m) for m in v], _members),
     "tuple[tuple[str, int], ...]": (lambda v: [[t, n] for t, n in v], _counts),
     "tuple[tuple[str, bytes], ...]": (named_bytes_json, lambda d, key: named_bytes_from_json(d.get(key), key)),

@@ -144,6 +144,8 @@ class CommittedOffset:
     metadata: str
     commit_timestamp_ms: int
     applied_index: int
+    #: Kafka's committed leader epoch (-1: none)
+    leader_epoch: int = -1
 
     @property
     def tp(self) -> TopicPartition:
@@ -322,12 +324,15 @@ def decode_group(raw: bytes, *, where: str) -> GroupMetadata:
 
 
 def _committed_body(c: CommittedOffset) -> dict[str, Any]:
-    return {
+    body = {
         "offset": c.offset,
         "metadata": c.metadata,
         "ts": c.commit_timestamp_ms,
         "index": c.applied_index,
     }
+    if c.leader_epoch != -1:
+        body["epoch"] = c.leader_epoch
+    return body
 
 
 def _committed_from(d: Any, group_id: str, topic: str, partition: int) -> CommittedOffset:
@@ -341,6 +346,7 @@ def _committed_from(d: Any, group_id: str, topic: str, partition: int) -> Commit
         metadata=get_str(d, "metadata"),
         commit_timestamp_ms=get_int(d, "ts"),
         applied_index=get_int(d, "index"),
+        leader_epoch=get_int(d, "epoch") if "epoch" in d else -1,
     )
 
 

@@ -193,7 +193,7 @@ def _group_check(view: OffsetsView, group_id: str, member_id: str, generation_id
 
 
 def _committed(group_id: str, o: OffsetCommit, now_ms: int, index: int) -> CommittedOffset:
-    return CommittedOffset(group_id, o.topic, o.partition, o.offset, o.metadata, now_ms, index)
+    return CommittedOffset(group_id, o.topic, o.partition, o.offset, o.metadata, now_ms, index, o.leader_epoch)
 
 
 def commit_offsets(view: OffsetsView, cmd: CommitOffsets, index: int) -> GroupsChange:

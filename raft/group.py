@@ -364,13 +364,16 @@ class RaftGroup:
         so = self._so
         return 0 if so is None else int(so.raftLastApplied)
 
-    async def submit(self, command: bytes, timeout: float) -> Any:
+    async def submit(self, command: bytes, timeout: float, on_applied: Callable[[Any], None] | None = None) -> Any:
         """Propose ``command`` and return ``sm.apply``'s result for it on this node.
 
         Raises NotLeaderError (not the ready leader; nothing proposed),
         QueueFullError (nothing proposed), RaftCommandFailed or
         RaftTimeoutError (outcome unknown: may still commit), or the
-        RaftApplyError that apply produced.
+        RaftApplyError that apply produced. ``on_applied(result)`` runs on
+        the event loop once the command is applied here without an apply
+        error, even when the caller stopped waiting (timed out or cancelled):
+        what must count every applied command goes there.
         """
         so = self._so
         if so is None or not self.is_leader():
@@ -379,6 +382,8 @@ class RaftGroup:
         fut: asyncio.Future[Any] = loop.create_future()
 
         def resolve(result: Any, err: int) -> None:
+            if on_applied is not None and err == FAIL_REASON.SUCCESS and not isinstance(result, RaftApplyError):
+                on_applied(result)
             if fut.done():
                 return  # the caller timed out or was cancelled
             if err == FAIL_REASON.SUCCESS:

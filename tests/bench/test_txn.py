@@ -19,9 +19,9 @@ def test_produce_part_compares_every_mode_and_the_floor_control_commits(capsys: 
     assert main(argv) == 0
     res = json.loads(capsys.readouterr().out)["produce"]
     assert res["leader_changes_seen_by_nodes"] == 0
-    assert "aa_control" not in res
+    assert "aa_control" not in res and "control" not in res["nodes_cpu_us_per_record"]
     # Every mode acknowledged records in its window, and the transactional one committed every ~100 ms.
-    for mode in ("idempotent", "transactional", "control", "flushing", "one_write", "pipelined"):
+    for mode in ("idempotent", "transactional", "flushing", "one_write", "pipelined"):
         assert res["nodes_cpu_us_per_record"][mode] > 0, mode
         # The broker's own CPU leaves out RocksDB's background threads: less than the whole, but most of it.
         assert 0 < res["nodes_python_cpu_us_per_record"][mode] <= res["nodes_cpu_us_per_record"][mode], mode
@@ -30,9 +30,9 @@ def test_produce_part_compares_every_mode_and_the_floor_control_commits(capsys: 
         by_thread = res["nodes_cpu_us_per_record_by_thread"][mode]
         assert by_thread["raft-ticker"] > 0 and by_thread["event-loop"] > 0, (mode, by_thread)
         whole = sum(v for k, v in by_thread.items() if not k.endswith(":sys"))
-        # (Read a moment apart, and each thread's CPU in 10 ms ticks: a one-window run can differ by a few %;
-        # counting the ``:sys`` parts twice would add a fifth or more.)
-        assert whole <= res["nodes_cpu_us_per_record"][mode] * 1.05 + 0.05, (mode, by_thread)
+        # (Read a moment apart, and each thread's CPU in 10 ms ticks: a one-window run on a busy host can differ
+        # by several %; counting the ``:sys`` parts twice would add a fifth or more.)
+        assert whole <= res["nodes_cpu_us_per_record"][mode] * 1.1 + 0.05, (mode, by_thread)
         assert 0 <= by_thread["raft-ticker:sys"] <= by_thread["raft-ticker"], (mode, by_thread)
         # 1 KB records in batches of at most 64 KB: at least ~15 batches and requests per 1,000 records (a
         # request may carry batches of several partitions), each replicated with Raft messages.

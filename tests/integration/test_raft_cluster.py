@@ -60,6 +60,27 @@ def test_every_group_elects_a_leader_and_submit_returns_apply_result(tmp_path: p
     run(scenario)
 
 
+def test_on_applied_runs_for_a_command_whose_caller_stopped_waiting(tmp_path: pathlib.Path) -> None:
+    async def scenario() -> None:
+        c = Cluster(tmp_path, ["solo"])
+        try:
+            c.start_all()
+            leader = (await c.wait_leaders())["solo"]
+            group = c.group(leader, "solo")
+            applied: list[Any] = []
+            waiting = asyncio.ensure_future(group.submit(b"add:k:3", 5, on_applied=applied.append))
+            await asyncio.sleep(0)  # proposed: the caller gives up before the commit comes back
+            waiting.cancel()
+            await eventually(lambda: applied == [3], 5, "on_applied after the caller was cancelled")
+            assert waiting.cancelled()
+            assert await group.submit(b"add:k:1", 5, on_applied=applied.append) == 4
+            assert applied == [3, 4]
+        finally:
+            c.close()
+
+    run(scenario)
+
+
 def test_follower_refuses_with_leader_address(tmp_path: pathlib.Path) -> None:
     async def scenario() -> None:
         c = Cluster(tmp_path, ["solo"])

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
-from tests.support.cluster import http, wait_for
+from tests.support.cluster import LocalCluster, http, wait_for
 from tests.support.writer import IdempotentWriter, read_partition
 
 pytestmark = pytest.mark.integration
 
 
-def test_produce_fetch_exact_across_three_partitions(make_cluster):
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One cluster for the tests that stop no node and use topics of their own."""
+    c = LocalCluster(tmp_path_factory.mktemp("replication"), 3)
+    try:
+        yield c.start()
+    finally:
+        c.close()
+
+
+def test_produce_fetch_exact_across_three_partitions(shared: LocalCluster) -> None:
     # Given a 3-node cluster and a topic with 3 partitions replicated 3 ways
-    c = make_cluster()
+    c = shared
     c.create_topic("orders", partitions=3, rf=3)
     w = IdempotentWriter(c, "orders")
     expected: dict[int, list[bytes]] = {0: [], 1: [], 2: []}
@@ -36,32 +48,32 @@ def test_produce_fetch_exact_across_three_partitions(make_cluster):
             assert [v for _, v in got] == expected[p]
 
 
-def test_produce_to_follower_answers_not_leader_with_leader_url(make_cluster):
-    c = make_cluster()
-    c.create_topic("t", partitions=1, rf=3)
-    leader = c.leader("t", 0)
+def test_produce_to_follower_answers_not_leader_with_leader_url(shared: LocalCluster) -> None:
+    c = shared
+    c.create_topic("routed", partitions=1, rf=3)
+    leader = c.leader("routed", 0)
     follower = next(i for i in (1, 2, 3) if i != leader)
-    body = {"partitions": [{"topic": "t", "partition": 0, "records": [{"value": "eA=="}]}]}
+    body = {"partitions": [{"topic": "routed", "partition": 0, "records": [{"value": "eA=="}]}]}
     status, res = http("POST", c.url(follower) + "/v1/produce", body)
     assert status == 421
     assert res["error_code"] == "NOT_LEADER_OR_FOLLOWER"
     assert res["retriable"] is True
     assert res["partitions"][0]["leader_url"] == c.url(leader)
     # And nothing was written
-    assert c.partition_meta("t", 0, leader)["high_watermark"] == 0
+    assert c.partition_meta("routed", 0, leader)["high_watermark"] == 0
 
 
-def test_duplicate_retry_returns_original_offset_and_gap_is_rejected(make_cluster):
-    c = make_cluster()
-    c.create_topic("t", partitions=1, rf=3)
-    leader = c.leader("t", 0)
+def test_duplicate_retry_returns_original_offset_and_gap_is_rejected(shared: LocalCluster) -> None:
+    c = shared
+    c.create_topic("dedup", partitions=1, rf=3)
+    leader = c.leader("dedup", 0)
     _, init = http("POST", c.url(leader) + "/v1/producers/init", {})
 
     def produce(seq: int, epoch: int = 0):
         body = {
             "partitions": [
                 {
-                    "topic": "t",
+                    "topic": "dedup",
                     "partition": 0,
                     "producer_id": init["producer_id"],
                     "producer_epoch": epoch,
@@ -78,11 +90,11 @@ def test_duplicate_retry_returns_original_offset_and_gap_is_rejected(make_cluste
     assert status == 200 and res["partitions"][0]["base_offset"] == 0
     status, res = produce(7)
     assert status == 409 and res["error_code"] == "OUT_OF_ORDER_SEQUENCE_NUMBER"
-    assert c.partition_meta("t", 0, leader)["high_watermark"] == 4
+    assert c.partition_meta("dedup", 0, leader)["high_watermark"] == 4
 
 
-def test_producer_ids_are_unique_across_nodes(make_cluster):
-    c = make_cluster()
+def test_producer_ids_are_unique_across_nodes(shared: LocalCluster) -> None:
+    c = shared
     ids = set()
     for i in range(30):
         status, res = http("POST", c.url(1 + i % 3) + "/v1/producers/init", {})
@@ -112,24 +124,24 @@ def test_topic_lifecycle_and_metadata_on_every_node(make_cluster):
     assert status == 404 and res["error_code"] == "UNKNOWN_TOPIC_OR_PARTITION"
 
 
-def test_fetch_long_poll_returns_when_data_arrives(make_cluster):
+def test_fetch_long_poll_returns_when_data_arrives(shared: LocalCluster) -> None:
     import threading
     import time
 
-    c = make_cluster()
-    c.create_topic("t", partitions=1, rf=3)
-    leader = c.leader("t", 0)
+    c = shared
+    c.create_topic("polled", partitions=1, rf=3)
+    leader = c.leader("polled", 0)
     result = {}
 
     def poll():
         t0 = time.monotonic()
-        result["res"] = http("GET", c.url(leader) + "/v1/topics/t/partitions/0/records?offset=0&max_wait_ms=10000")
+        result["res"] = http("GET", c.url(leader) + "/v1/topics/polled/partitions/0/records?offset=0&max_wait_ms=10000")
         result["elapsed"] = time.monotonic() - t0
 
     th = threading.Thread(target=poll)
     th.start()
     time.sleep(0.3)  # let the long-poll park before the write (the assertion below is on the result)
-    IdempotentWriter(c, "t").send(0, [b"wake"])
+    IdempotentWriter(c, "polled").send(0, [b"wake"])
     th.join(15)
     status, res = result["res"]
     assert status == 200 and len(res["records"]) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,6 +12,17 @@ import pytest
 from tests.support.cluster import LocalCluster, http, wait_for
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One cluster for the tests that use their own topics and transactional ids and stop no node (each starting
+    its own cluster cost a few seconds a test); abandoned transactions are found within 200 ms."""
+    c = LocalCluster(tmp_path_factory.mktemp("txn-http"), 3, transaction_abort_scan_interval_ms=200)
+    try:
+        yield c.start()
+    finally:
+        c.close()
 
 
 def _ok(status: int, body: Any, what: str) -> Any:
@@ -115,9 +127,9 @@ def control_batches(c: LocalCluster, topic: str, p: int, expected: list[str], ti
     return wait_for(seen, timeout, f"{topic}-{p} control batches {expected}")
 
 
-def test_commit_across_two_topics_is_atomic_and_abort_is_invisible(make_cluster):
+def test_commit_across_two_topics_is_atomic_and_abort_is_invisible(shared: LocalCluster) -> None:
     # §14 items 1-2: a committed txn becomes visible everywhere; an aborted one never to read_committed
-    c = make_cluster()
+    c = shared
     for t in ("a", "b"):
         c.create_topic(t, partitions=3, rf=3)
         c.wait_leaders(t, 3)
@@ -154,9 +166,11 @@ def test_commit_across_two_topics_is_atomic_and_abort_is_invisible(make_cluster)
         assert b"doomed" in values(fetch(c, "a", p, "read_uncommitted"))
 
 
-def test_end_answers_once_the_decision_is_durable_and_wait_for_completion_once_it_is_visible(make_cluster):
+def test_end_answers_once_the_decision_is_durable_and_wait_for_completion_once_it_is_visible(
+    shared: LocalCluster,
+) -> None:
     # DESIGN.md "Transaction": EndTxn answers after PrepareCommit; wait_for_completion keeps the old contract
-    c = make_cluster()
+    c = shared
     c.create_topic("vis", partitions=3, rf=3)
     c.wait_leaders("vis", 3)
     w = TxnWriter(c, "tx-visible")
@@ -193,11 +207,11 @@ def test_end_answers_once_the_decision_is_durable_and_wait_for_completion_once_i
         assert batches[-1]["is_control"] and batches[-1]["control_type"] == "ABORT"
 
 
-def test_next_transaction_begins_right_after_commit_and_lands_after_the_markers(make_cluster):
+def test_next_transaction_begins_right_after_commit_and_lands_after_the_markers(shared: LocalCluster) -> None:
     # KIP-890 / TV2: the first produce of the next transaction is held by the coordinator until the previous
     # transaction's markers are written -- never answered CONCURRENT_TRANSACTIONS -- so at every partition the
     # previous COMMIT marker comes before the next transaction's first batch
-    c = make_cluster()
+    c = shared
     c.create_topic("nx", partitions=3, rf=3)
     c.create_topic("nx2", partitions=1, rf=3)
     c.wait_leaders("nx", 3)
@@ -225,9 +239,9 @@ def test_next_transaction_begins_right_after_commit_and_lands_after_the_markers(
         assert open_epoch is None
 
 
-def test_zombie_is_fenced_on_send_and_commit(make_cluster):
+def test_zombie_is_fenced_on_send_and_commit(shared: LocalCluster) -> None:
     # §14 item 5: a second InitProducerId fences the first producer's epoch
-    c = make_cluster()
+    c = shared
     c.create_topic("z", partitions=1, rf=3)
     c.wait_leaders("z", 1)
     old = TxnWriter(c, "tx-zombie")
@@ -251,9 +265,9 @@ def test_zombie_is_fenced_on_send_and_commit(make_cluster):
     control_batches(c, "z", 0, ["ABORT", "COMMIT"])
 
 
-def test_timed_out_transaction_is_aborted_by_the_coordinator(make_cluster):
+def test_timed_out_transaction_is_aborted_by_the_coordinator(shared: LocalCluster) -> None:
     # §14 item 8 (transaction timeout): the coordinator fences and aborts, releasing the LSO
-    c = make_cluster(transaction_abort_scan_interval_ms=200)
+    c = shared
     c.create_topic("slow", partitions=1, rf=3)
     c.wait_leaders("slow", 1)
     w = TxnWriter(c, "tx-slow", timeout_ms=2000)
@@ -292,9 +306,9 @@ def test_transactional_batch_for_partition_not_in_txn_is_verified_and_added(make
     assert call(c, "GET", "/v1/transactions?state=Ongoing", via=2)["transactions"] == []
 
 
-def test_prepared_group_commit_commits_every_member(make_cluster):
+def test_prepared_group_commit_commits_every_member(shared: LocalCluster) -> None:
     # KIP-939-style prepare + atomic group commit
-    c = make_cluster()
+    c = shared
     c.create_topic("g", partitions=3, rf=3)
     c.wait_leaders("g", 3)
     writers = [TxnWriter(c, f"job-7-task-{i}") for i in range(3)]
@@ -403,12 +417,12 @@ def test_bad_transaction_requests_get_4xx_and_change_nothing(make_cluster):
     assert values(fetch(c, "bad", 0, "read_committed")) == [b"ok"]
 
 
-def test_txn_cli_lists_describes_and_aborts_a_hanging_transaction(make_cluster):
+def test_txn_cli_lists_describes_and_aborts_a_hanging_transaction(shared: LocalCluster) -> None:
     # Hanging-transaction tooling (KIP-664): an open txn pins the LSO until an operator aborts it
     import subprocess
     import sys
 
-    c = make_cluster()
+    c = shared
     c.create_topic("hang", partitions=1, rf=3)
     c.wait_leaders("hang", 1)
     w = TxnWriter(c, "tx-hanging")
@@ -436,10 +450,10 @@ def test_txn_cli_lists_describes_and_aborts_a_hanging_transaction(make_cluster):
     assert "tx-hanging" not in cli("txn", "list", "--state", "Ongoing")
 
 
-def test_bound_member_left_out_of_a_commit_decision_is_aborted_when_aborted(make_cluster):
+def test_bound_member_left_out_of_a_commit_decision_is_aborted_when_aborted(shared: LocalCluster) -> None:
     # A prepared txn bound to group G but not listed in G's COMMIT decision must not stay Prepared
     # (it would pin the LSO forever): aborting it resolves it by the recorded decision -> abort.
-    c = make_cluster()
+    c = shared
     c.create_topic("orphan", partitions=2, rf=3)
     c.wait_leaders("orphan", 2)
     a, b = TxnWriter(c, "job-9-a"), TxnWriter(c, "job-9-b")

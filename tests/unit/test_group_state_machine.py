@@ -7,6 +7,7 @@ applied index in the same WriteBatch), rule 1 (apply never raises), rule 7 (stal
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -256,3 +257,31 @@ def test_every_command_round_trips_and_is_not_a_noop(cmd: Any) -> None:
 def test_malformed_commands_are_refused_as_a_whole(raw: bytes) -> None:
     with pytest.raises(CommandDecodeError):
         decode_group_command(raw)
+
+
+def test_committed_leader_epochs_are_kept_through_commits_markers_and_reopen(store: NodeStore) -> None:
+    o = Offsets(store)
+    o.apply(CommitOffsets(group_id="g", offsets=(OffsetCommit("t", 0, 5, "m", 3), OffsetCommit("t", 1, 6)),
+                          now_ms=o.now, coordinator_epoch=1))  # fmt: skip
+    o.apply(TxnCommitOffsets(group_id="g", transactional_id="tx", producer_id=7, producer_epoch=0,
+                             offsets=(OffsetCommit("t", 2, 9, "", 4),), now_ms=o.now, coordinator_epoch=1))  # fmt: skip
+    o.marker(7, 1, commit=True)
+    expected = {0: (5, 3), 1: (6, -1), 2: (9, 4)}
+    assert {c.partition: (c.offset, c.leader_epoch) for c in o.sm.fetch_offsets("g")} == expected
+    reopened = GroupStateMachine(store, PREFIX, 1)
+    assert {c.partition: (c.offset, c.leader_epoch) for c in reopened.fetch_offsets("g")} == expected
+    # a later commit without an epoch replaces the whole entry
+    o.apply(CommitOffsets(group_id="g", offsets=(OffsetCommit("t", 0, 8),), now_ms=o.now, coordinator_epoch=1))
+    assert [(c.offset, c.leader_epoch) for c in o.sm.fetch_offsets("g") if c.partition == 0] == [(8, -1)]
+
+
+def test_an_offset_row_without_a_leader_epoch_decodes_as_none() -> None:
+    with_epoch = CommitOffsets(group_id="g", offsets=(OffsetCommit("t", 1, 2, "m", 5),), now_ms=5, coordinator_epoch=6)
+    raw = encode_group_command(with_epoch)
+    assert decode_group_command(raw) == with_epoch
+    four_fields = raw.replace(b'["t",1,2,"m",5]', b'["t",1,2,"m"]')
+    assert four_fields != raw and decode_group_command(four_fields) == replace(
+        with_epoch, offsets=(OffsetCommit("t", 1, 2, "m"),)
+    )
+    with pytest.raises(CommandDecodeError):
+        decode_group_command(raw.replace(b'["t",1,2,"m",5]', b'["t",1,2,"m",5,6]'))

@@ -34,6 +34,7 @@ from cluster.kafka.handlers import (
     offset_fetch,
 )
 from cluster.security.acl import Operation, ResourceType
+from coordinator.group_metadata import CommittedOffset
 from coordinator.group_rules import OffsetsDeleted
 from coordinator.metadata import TopicPartition
 
@@ -66,15 +67,15 @@ class FakeGroups:
         raise BrokerError(ErrorCode.NOT_COORDINATOR)
 
     async def commit_offsets(self, group_id: str, offsets: Any, generation: int, member_id: str) -> None:
-        self.calls.append(("commit", tuple((o.topic, o.partition, o.offset) for o in offsets)))
+        self.calls.append(("commit", tuple((o.topic, o.partition, o.offset, o.leader_epoch) for o in offsets)))
 
-    def fetch_offsets(self, group_id: str, topics: Any = None, *, partitions: Any = None,
-                      require_stable: bool = False) -> list[dict[str, Any]]:  # fmt: skip
+    def committed_offsets(self, group_id: str, topics: Any = None, *, partitions: Any = None,
+                          require_stable: bool = False) -> list[CommittedOffset]:  # fmt: skip
         if require_stable and self.unstable:
             raise BrokerError(ErrorCode.UNSTABLE_OFFSET_COMMIT, "pending",
                               partitions=[{"topic": t, "partition": p} for t, p in self.unstable])  # fmt: skip
-        rows = [("a", 0, 5), ("b", 0, 6)]
-        return [{"topic": t, "partition": p, "offset": o, "metadata": ""} for t, p, o in rows
+        rows = [("a", 0, 5, 2), ("b", 0, 6, -1)]
+        return [CommittedOffset(group_id, t, p, o, "", 1, 1, e) for t, p, o, e in rows
                 if partitions is None or TopicPartition(t, p) in partitions]  # fmt: skip
 
     async def delete_group(self, group_id: str) -> None:
@@ -148,6 +149,7 @@ def test_offset_commit_needs_read_on_the_group_and_on_each_topic() -> None:
     req = OffsetCommitRequest[8](group_id="g", generation_id_or_member_epoch=-1, member_id="",
                                  group_instance_id=None, topics=[
         OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=[P(partition_index=0, committed_offset=o,
+                                                                          committed_leader_epoch=4,
                                                                           committed_metadata="")])
         for t, o in (("a", 5), ("b", 6), ("c", -3))])  # fmt: skip
     svc = FakeServices()
@@ -155,7 +157,7 @@ def test_offset_commit_needs_read_on_the_group_and_on_each_topic() -> None:
     resp = call(offset_commit.API, req, 8, allowed, svc)
     codes = {t.name: t.partitions[0].error_code for t in resp.topics}
     assert codes == {"a": 0, "b": ErrorCode.TOPIC_AUTHORIZATION_FAILED.code, "c": ErrorCode.INVALID_REQUEST.code}
-    assert svc.groups.calls == [("commit", (("a", 0, 5),))]
+    assert svc.groups.calls == [("commit", (("a", 0, 5, 4),))]  # the committed leader epoch is kept
     denied = call(offset_commit.API, req, 8, allowed - {(READ, GROUP, "g")}, svc)
     assert {t.partitions[0].error_code for t in denied.topics} == {ErrorCode.GROUP_AUTHORIZATION_FAILED.code}
     assert len(svc.groups.calls) == 1
@@ -164,7 +166,8 @@ def test_offset_commit_needs_read_on_the_group_and_on_each_topic() -> None:
 def test_offset_fetch_shows_only_describable_topics_and_flags_unstable_partitions() -> None:
     allowed = {(DESCRIBE, GROUP, "g"), (DESCRIBE, TOPIC, "a")}
     every = call(offset_fetch.API, OffsetFetchRequest[6](group_id="g", topics=None), 6, allowed)
-    assert [(t.name, t.partitions[0].committed_offset) for t in every.topics] == [("a", 5)]
+    assert [(t.name, t.partitions[0].committed_offset, t.partitions[0].committed_leader_epoch)
+            for t in every.topics] == [("a", 5, 2)]  # fmt: skip
     T = OffsetFetchRequest.OffsetFetchRequestTopic
     topics = [T(name="a", partition_indexes=[0, 1]), T(name="b", partition_indexes=[0])]
     named = OffsetFetchRequest[7](group_id="g", topics=topics, require_stable=True)

@@ -2,7 +2,13 @@
 
 Only nodes with a Kafka listener are listed. A partition's leader is the node
 this node knows leads its Raft group (-1 with LEADER_NOT_AVAILABLE while an
-election runs); its replicas are the group's voters, and all of them are
+election runs). A partition this node names no leader for is asked of its
+replicas before the answer (``ControllerService.refresh_leaders``, within half
+a second): a node that does not replicate a partition made a moment ago
+learns its leader from the peer polls, up to ``peer_poll_interval_s`` late,
+and a client told LEADER_NOT_AVAILABLE by one node after another named the
+leader may skip the partition (kafka-python's ``offsets_for_times`` answers
+None for it). Its replicas are the group's voters, and all of them are
 reported in sync (Raft commits on a majority, so ``min.insync.replicas`` is
 what the controller enforces, not a shrinking ISR). Leader epochs are not
 tracked (-1), so clients skip KIP-320's epoch checks. A topic's id is a UUID
@@ -106,22 +112,23 @@ def _refused(name: str, code: ErrorCode) -> Any:
 async def handle(ctx: RequestContext, request: Any) -> Any:
     view = ctx.services.controller.view
     guard = ctx.guard
-    topics: list[Any] = []
+    # each answer's slot: a listed topic (its partitions filled in below) or a refusal
+    slots: list[TopicMetadata | Any] = []
     if request.topics is None or (ctx.api_version == 0 and not request.topics):
-        for name in sorted(view.topics):
-            if guard.may_describe(ResourceType.TOPIC, name):
-                topics.append(_topic(ctx, view.topics[name]))
+        slots = [view.topics[name] for name in sorted(view.topics) if guard.may_describe(ResourceType.TOPIC, name)]
     else:
         for requested in request.topics:
             name = requested.name
             if name is None:
-                topics.append(_refused("", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                slots.append(_refused("", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             elif not guard.may_describe(ResourceType.TOPIC, name):
-                topics.append(_refused(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                slots.append(_refused(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
             elif name not in view.topics:
-                topics.append(_refused(name, await _auto_create(ctx, name, request)))
+                slots.append(_refused(name, await _auto_create(ctx, name, request)))
             else:
-                topics.append(_topic(ctx, view.topics[name]))
+                slots.append(view.topics[name])
+    await ctx.services.controller.refresh_leaders(s for s in slots if isinstance(s, TopicMetadata))
+    topics = [_topic(ctx, s) if isinstance(s, TopicMetadata) else s for s in slots]
     if ctx.api_version >= 8 and request.include_topic_authorized_operations:
         for t in topics:
             if t.error_code == 0:

@@ -10,7 +10,10 @@ fail together. Per partition: TOPIC_AUTHORIZATION_FAILED without READ on the
 topic, UNKNOWN_TOPIC_OR_PARTITION for an invalid topic name or a negative
 partition, INVALID_REQUEST for a negative offset, OFFSET_METADATA_TOO_LARGE above 4096 bytes of metadata (Kafka's
 ``offset.metadata.max.bytes``). ``retention_time_ms`` is ignored (offsets are
-kept until the group is deleted). Versions 2-9 (10 names topics by id).
+kept until the group is deleted). A partition's committed leader epoch
+(version 6 and up) is kept with its offset and answered by OffsetFetch; it is
+not checked (the listener reports no leader epochs). Versions 2-9 (10 names
+topics by id).
 
 Authorization: READ on the group, READ on each topic.
 """
@@ -33,6 +36,7 @@ from ..group_requests import group_refusal
 __all__ = ["API", "MAX_METADATA_BYTES"]
 
 MAX_METADATA_BYTES = 4096
+_EPOCH_SINCE = 6  # the version that carries each partition's committed leader epoch
 _Topic = OffsetCommitResponse.OffsetCommitResponseTopic
 _Partition = _Topic.OffsetCommitResponsePartition
 
@@ -65,7 +69,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                 codes[key] = err.code
                 continue
             codes[key] = 0
-            offsets[key] = OffsetCommit(t.name, p.partition_index, p.committed_offset, p.committed_metadata or "")
+            epoch = p.committed_leader_epoch if ctx.api_version >= _EPOCH_SINCE else -1
+            offsets[key] = OffsetCommit(t.name, p.partition_index, p.committed_offset, p.committed_metadata or "",
+                                        max(epoch, -1))  # fmt: skip
     if offsets:
         generation = request.generation_id_or_member_epoch
         try:

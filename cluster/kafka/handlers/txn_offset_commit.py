@@ -7,7 +7,9 @@ committed offsets; ABORT: dropped). The group coordinator checks with the
 transaction coordinator that the offsets partition is in the producer's
 transaction first (KIP-890's verification), so no pending offsets outlive
 their transaction. From version 3 the consumer's generation and member id are
-checked against the group (KIP-447); the static member id is not.
+checked against the group (KIP-447); the static member id is not. From
+version 2 each partition's committed leader epoch is kept with its offset
+(OffsetFetch answers it).
 Classic clients send AddOffsetsToTxn first, and the check only verifies (it
 adds nothing, unlike the HTTP door's TV2 commit): offsets of a group whose
 partition is not in the transaction are INVALID_TXN_STATE.
@@ -40,6 +42,7 @@ _Topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
 _Partition = _Topic.TxnOffsetCommitResponsePartition
 _FENCED_SINCE = 4  # every version served answers INVALID_PRODUCER_EPOCH
 _GROUP_FIELDS_SINCE = 3
+_EPOCH_SINCE = 2  # the version that carries each partition's committed leader epoch
 
 
 def _answer(codes: dict[tuple[str, int], int]) -> Any:
@@ -55,8 +58,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     offsets: dict[tuple[str, int], OffsetCommit] = {}
     for t in request.topics:
         for p in t.partitions:
+            epoch = p.committed_leader_epoch if ctx.api_version >= _EPOCH_SINCE else -1
             offsets[(t.name, p.partition_index)] = OffsetCommit(
-                t.name, p.partition_index, p.committed_offset, p.committed_metadata or ""
+                t.name, p.partition_index, p.committed_offset, p.committed_metadata or "", max(epoch, -1)
             )
     keys = list(offsets)
     generation, member_id = NO_GENERATION, ""

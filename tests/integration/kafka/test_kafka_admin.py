@@ -68,6 +68,7 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from tests.integration.kafka.conftest import unique
 from tests.support.cluster import LocalCluster, http, wait_for
@@ -417,3 +418,30 @@ def test_every_admin_api_answers_in_its_lowest_and_highest_version(kafka_cluster
     # validate_only changed nothing
     _status, body = http("GET", f"{kafka_cluster.url(1)}/v1/topics/{topic}/config")
     assert body["overrides"] == {}
+
+
+def _partitions(cluster: LocalCluster, node: int, topic: str) -> dict[int, Any]:
+    """What one node's Metadata (v12) says of each partition of ``topic``."""
+    ask = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(topic_id=None, name=topic)],
+                          allow_auto_topic_creation=False, include_topic_authorized_operations=False)  # fmt: skip
+    [answer] = _raw(cluster, node, ask, MetadataResponse, 12).topics
+    return {p.partition_index: p for p in answer.partitions}
+
+
+def test_every_node_names_a_new_partitions_leader_once_its_replica_does(kafka_cluster: LocalCluster) -> None:
+    """A node that does not replicate a partition asks its replica for the leader it knows none of, rather
+    than answer LEADER_NOT_AVAILABLE from a peer poll up to a second old: checked the moment each replica
+    first names itself leader (a client that bootstraps elsewhere than where it saw the topic made, as
+    kafka-python's ``offsets_for_times`` does, otherwise skips the partition)."""
+    topic = unique("fresh")
+    create = CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+        name=topic, num_partitions=3, replication_factor=1, assignments=[], configs=[])],
+        timeout_ms=10000, validate_only=False)  # fmt: skip
+    assert [t.error_code for t in _raw(kafka_cluster, 1, create, CreateTopicsResponse, 7).topics] == [0]
+    replicas = {index: p.replica_nodes for index, p in _partitions(kafka_cluster, 1, topic).items()}
+    assert sorted(replicas) == [0, 1, 2] and all(len(r) == 1 for r in replicas.values())
+    for partition, [replica] in sorted(replicas.items()):
+        wait_for(lambda: _partitions(kafka_cluster, replica, topic)[partition].leader_id == replica,  # noqa: B023
+                 15, f"partition {partition} led by its replica", interval=0.01)  # fmt: skip
+        named = {n: _partitions(kafka_cluster, n, topic)[partition] for n in (1, 2, 3)}
+        assert {n: (p.error_code, p.leader_id) for n, p in named.items()} == {n: (0, replica) for n in (1, 2, 3)}

@@ -4,7 +4,9 @@ Kafka's classic group protocol with the assignment computed by the group's
 leader member: groups form, rebalance when members join and leave (every
 partition assigned exactly once), commit offsets that the HTTP offsets API
 reads (and the other way round), and are listed, described and deleted by
-the libraries' admin clients. One 3-node cluster per module (``kafka_cluster``).
+the libraries' admin clients. One 3-node cluster per module (``kafka_cluster``),
+which allows sessions from 1 s (``group_min_session_timeout_ms``), as the
+broker of kafka-python's own integration suite does.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
 from tests.integration.kafka.conftest import unique
@@ -33,6 +37,24 @@ MAX_POLL_MS = 10_000
 RECORDS_PER_PARTITION = 50
 #: consume tests: at-least-once delivery through a rebalance, offsets auto-committed
 AUTO_COMMIT_MS = 200
+#: the shortest session the module's cluster allows (Kafka's default minimum is 6 s)
+MIN_SESSION_MS = 1000
+#: a kafka-python member's poll. kafka-python 3.0.12 drops a join whose poll() times out between SyncGroup's
+#: answer and its handling when nothing asks it to rejoin: the member then waits without an assignment or
+#: heartbeats until its session ends. One second covers a JoinGroup and SyncGroup round on a loaded machine.
+POLL_MS = 1000
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The package's 3-node cluster, allowing sessions from ``MIN_SESSION_MS``."""
+    directory: Path = tmp_path_factory.mktemp("kafka-groups")
+    cluster = LocalCluster(directory, 3, group_min_session_timeout_ms=MIN_SESSION_MS)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()
 
 
 def _topic(cluster: LocalCluster, partitions: int = PARTITIONS) -> str:
@@ -69,6 +91,13 @@ def _http_offsets(cluster: LocalCluster, group: str) -> dict[tuple[str, int], in
     status, body = http("GET", f"{cluster.url(2)}/v1/groups/{group}/offsets")
     assert status == 200, body
     return {(o["topic"], o["partition"]): o["offset"] for o in body["offsets"]}
+
+
+def _http_group(cluster: LocalCluster, group: str, state: str) -> dict[str, Any] | None:
+    """The group as the HTTP API describes it, when it is in ``state``."""
+    status, body = http("GET", f"{cluster.url(1)}/v1/groups/{group}")
+    assert status == 200, body
+    return body if body["state"] == state else None
 
 
 def _produce(cluster: LocalCluster, topic: str, half: int) -> set[bytes]:
@@ -152,7 +181,7 @@ class _Member:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                for batch in self.consumer.poll(timeout_ms=100).values():
+                for batch in self.consumer.poll(timeout_ms=POLL_MS).values():
                     with self._lock:
                         self.records.extend(batch)
                 with self._lock:
@@ -226,11 +255,55 @@ def test_kafka_python_group_rebalances_as_members_join_and_leave(
     # the first leaves (LeaveGroup): the other two take everything over
     kafka_python_members.pop(0).close()
     _wait_exactly_once(kafka_python_members, topic)
-    status, body = http("GET", f"{kafka_cluster.url(1)}/v1/groups/{group}")
-    assert status == 200, body
-    assert body["state"] == "Stable" and body["protocol_type"] == "consumer" and len(body["members"]) == 2
+    # a kafka-python member whose poll() times out between SyncGroup's answer and its handling drops that
+    # answer and joins again (a further rebalance): the group is read once it is stable
+    body = wait_for(lambda: _http_group(kafka_cluster, group, "Stable"), 20, "the group stable again")
+    assert body["protocol_type"] == "consumer" and len(body["members"]) == 2
     shown = {(a["topic"], a["partition"]) for m in body["members"] for a in m["assignment"]}
     assert shown == {(topic, p) for p in range(PARTITIONS)}
+
+
+def test_kafka_python_members_joining_at_once_settle_on_one_generation_and_keep_it(
+    kafka_cluster: LocalCluster, kafka_python_members: list[_Member]
+) -> None:
+    """Four kafka-python consumers started together with 3 s sessions and 500 ms heartbeats (kafka-python's
+    own ``test_group``): each ends STABLE on one generation, every partition assigned once, and their
+    heartbeats go on being answered without a rebalance."""
+    from kafka.structs import MemberState
+
+    topic, group = _topic(kafka_cluster), unique("kp-burst")
+    bootstrap = kafka_cluster.bootstrap_servers
+    kafka_python_members += [_Member(bootstrap, group, topic, session_timeout_ms=3000, heartbeat_interval_ms=500)
+                             for _ in range(4)]  # fmt: skip
+
+    def one_generation() -> int | None:
+        for m in kafka_python_members:
+            assert m.error is None, m.error
+        metas = [m.consumer.group_metadata() for m in kafka_python_members]
+        if any(meta.state != MemberState.STABLE for meta in metas) or len({meta.generation_id for meta in metas}) > 1:
+            return None
+        return int(metas[0].generation_id) if _exactly_once([m.assigned for m in kafka_python_members], topic) else None
+
+    generation = wait_for(one_generation, 20, "four members stable on one generation", interval=0.1)
+    settled = time.monotonic()
+    heartbeats = [m.consumer._coordinator.heartbeat for m in kafka_python_members]
+    wait_for(lambda: all(h.last_receive > settled for h in heartbeats), 10, "a heartbeat of each member answered")
+    assert not any(h.heartbeat_failed for h in heartbeats)
+    assert one_generation() == generation
+
+
+def test_a_session_below_the_minimum_is_refused_and_joins_nothing(kafka_cluster: LocalCluster) -> None:
+    group = unique("short-session")
+    coordinator = _http_coordinator(kafka_cluster, "group", group)
+    protocol = JoinGroupRequest[7].JoinGroupRequestProtocol(name="range", metadata=b"")
+    for version in (0, 7):  # before and after KIP-394's member id round trip
+        join = JoinGroupRequest[version](group_id=group, session_timeout_ms=MIN_SESSION_MS - 1,
+                                         rebalance_timeout_ms=10_000, member_id="", group_instance_id=None,
+                                         protocol_type="consumer", protocols=[protocol])  # fmt: skip
+        answer = _raw(kafka_cluster, coordinator, join, JoinGroupResponse, version)
+        assert (answer.error_code, answer.member_id) == (26, "")  # INVALID_SESSION_TIMEOUT
+    status, body = http("GET", f"{kafka_cluster.url(1)}/v1/groups/{group}")
+    assert status == 200 and (body["state"], body["members"]) == ("Dead", []), body
 
 
 def test_kafka_python_commits_are_read_by_the_http_api_and_back(
@@ -244,7 +317,8 @@ def test_kafka_python_commits_are_read_by_the_http_api_and_back(
     kafka_python_members.append(member)
     _wait_exactly_once(kafka_python_members, topic)
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    member.call(lambda c: c.commit({tp: OffsetAndMetadata(10 + tp.partition, "m", -1) for tp in tps}))
+    # committed leader epochs (-1: none) are kept with the offsets and answered back
+    member.call(lambda c: c.commit({tp: OffsetAndMetadata(10 + tp.partition, "m", tp.partition - 1) for tp in tps}))
     assert _http_offsets(kafka_cluster, group) == {(topic, p): 10 + p for p in range(PARTITIONS)}
     assert member.call(lambda c: c.committed(tps[3])) == 13
     # a commit of the wrong generation is fenced and changes nothing
@@ -254,6 +328,9 @@ def test_kafka_python_commits_are_read_by_the_http_api_and_back(
     assert status == 409 and body["error_code"] == "UNKNOWN_MEMBER_ID", body
     member.close()
     kafka_python_members.clear()
+    # kafka-python's LeaveGroup is one attempt, skipped while the member is unjoined or knows no
+    # coordinator: without it, the member's session ends it
+    wait_for(lambda: _http_group(kafka_cluster, group, "Empty"), SESSION_MS / 1000 + 10, "the group empty")
     # with no member left, an HTTP commit without identity is allowed; Kafka clients read it
     status, body = http("POST", f"{kafka_cluster.url(3)}/v1/groups/{group}/offsets",
                         {"offsets": [{"topic": topic, "partition": 1, "offset": 42}]})  # fmt: skip
@@ -264,6 +341,9 @@ def test_kafka_python_commits_are_read_by_the_http_api_and_back(
                            enable_auto_commit=False)  # fmt: skip
     try:
         assert reader.committed(tps[1]) == 42 and reader.committed(tps[0]) == 10
+        assert [reader.committed(tp, metadata=True) for tp in tps] == [
+            OffsetAndMetadata(10, "m", -1), OffsetAndMetadata(42, "", -1),  # the HTTP commit carries no epoch
+            OffsetAndMetadata(12, "m", 1), OffsetAndMetadata(13, "m", 2)]  # fmt: skip
     finally:
         reader.close()
 
