@@ -1,4 +1,5 @@
-"""``txbroker bench produce|fetch|failover|idle|all``: throughput, latency, failover time and idle cost.
+"""``txbroker bench produce|fetch|failover|idle|create|all``: throughput, latency, failover time, idle cost and
+topic creation at scale.
 
 Every scenario starts its own fresh 3-node cluster (node processes on loopback,
 ports chosen at run time, data in a temp dir) and stops every process it
@@ -7,6 +8,8 @@ The produce scenario also measures, in the same run, bare replication of the
 same batch bytes by stock PySyncObj and by the raft/ layer, and raw rocksdict
 puts and ``PartitionLog.apply`` (``bench.baselines``), and reports the broker's
 rate as ratios of them.
+``idle``, ``create`` and ``failover --partitions N`` (many partitions) are in
+``bench.scale``; ``all`` runs every scenario but ``create``.
 See BENCHMARKS.md for results and what limits them.
 """
 
@@ -30,11 +33,13 @@ from clients.protocol import BATCHES_CONTENT_TYPE, decode_fetch_batches
 
 from .baselines import baseline, rocksdict_rates
 from .harness import BenchCluster, fresh_cluster
-from .measure import host_cpu, machine_info, pct, proc_stat, self_cpu
+from .measure import machine_info, pct, self_cpu
 from .produce_load import TOPIC, Load, PartitionWriter, drive_produce, make_records
 from .profiling import start_profile, summarize_profile
+from .scale import scenario_create, scenario_failover_many, scenario_idle
 
-SCENARIOS = ("produce", "fetch", "failover", "idle")
+SCENARIOS = ("produce", "fetch", "failover", "idle", "create")
+ALL = ("produce", "fetch", "failover", "idle")
 
 
 # ---- scenarios ----------------------------------------------------------------------
@@ -42,7 +47,7 @@ SCENARIOS = ("produce", "fetch", "failover", "idle")
 
 def scenario_produce(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any]:
     with fresh_cluster() as cluster:
-        cluster.create_topic(TOPIC, opts.partitions)
+        cluster.create_topic(TOPIC, opts.produce_partitions)
         leaders, balanced = cluster.preferred_leaders(TOPIC)
         prof: list[Any] = []
 
@@ -129,7 +134,7 @@ def scenario_fetch(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[str
     if "fetch_cluster" in shared:  # `all`: read what the produce scenario wrote, on its cluster
         return dict(shared["fetch_cluster"])
     with fresh_cluster() as cluster:
-        leaders = cluster.create_topic(TOPIC, opts.partitions)
+        leaders = cluster.create_topic(TOPIC, opts.produce_partitions)
         produced = asyncio.run(drive_produce(cluster, leaders, opts))
         res = asyncio.run(drive_fetch(cluster, opts))
     res["produced_mb_per_s"] = produced["mb_per_s"]
@@ -137,6 +142,8 @@ def scenario_fetch(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[str
 
 
 def scenario_failover(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any]:
+    if opts.partitions is not None:  # many partitions: kill the node leading the most (``bench.scale``)
+        return scenario_failover_many(opts, shared)
     with fresh_cluster() as cluster:
         leaders = cluster.create_topic(TOPIC, 1)
         pid, epoch = cluster.init_producer()
@@ -171,28 +178,9 @@ def scenario_failover(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[
     return {"rounds": rounds, "median_s": round(med, 3), "max_s": max(times), "target_le_3s": med <= 3.0}
 
 
-def scenario_idle(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[str, Any]:
-    with fresh_cluster() as cluster:
-        t0 = time.monotonic()
-        cluster.create_topic(TOPIC, opts.idle_partitions, timeout=180)
-        elected = time.monotonic() - t0
-        time.sleep(3.0)  # let the startup traffic settle
-        before = {i: proc_stat(p.pid)[0] for i, p in cluster.procs.items()}
-        t0, h0 = time.monotonic(), host_cpu()
-        time.sleep(opts.idle_seconds)
-        wall, h1 = time.monotonic() - t0, host_cpu()
-        nodes = {}
-        for i, p in cluster.procs.items():
-            cpu, rss, threads = proc_stat(p.pid)
-            nodes[f"node{i}"] = {"cpu_pct": round(100 * (cpu - before[i]) / wall, 2), "rss_mb": round(rss, 1),
-                                 "threads": threads}  # fmt: skip
-    return {"partitions": opts.idle_partitions, "all_leaders_after_s": round(elected, 1), "seconds": round(wall, 1),
-            "nodes": nodes, "total_cpu_pct": round(sum(n["cpu_pct"] for n in nodes.values()), 2),
-            "host_cpu_busy_pct": round(100 * (h1[0] - h0[0]) / (h1[1] - h0[1]), 1)}  # fmt: skip
-
-
 RUNNERS: dict[str, Callable[[argparse.Namespace, dict[str, Any]], dict[str, Any]]] = {
     "produce": scenario_produce, "fetch": scenario_fetch, "failover": scenario_failover, "idle": scenario_idle,
+    "create": scenario_create,
 }  # fmt: skip
 
 
@@ -229,7 +217,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--warmup", type=float, default=3.0)
     p.add_argument("--record-size", type=int, default=1024)
     p.add_argument("--batch-bytes", type=int, default=64 * 1024, help="record payload bytes per batch")
-    p.add_argument("--partitions", type=int, default=3, help="partitions of the produce topic (RF 3)")
+    p.add_argument("--partitions", type=int, default=None,
+                   help="partitions of the produce topic (RF 3; default 3); for failover: the many-partitions "
+                        "mode, one topic of N partitions, the node leading the most killed")  # fmt: skip
     p.add_argument("--concurrency", type=int, default=5, choices=range(1, 6), metavar="K",
                    help="requests in flight per partition (1..5; 5 = the Python client's default "
                         "max_in_flight_requests_per_connection)")  # fmt: skip
@@ -239,11 +229,38 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="commands in flight in the bare replication baselines")  # fmt: skip
     p.add_argument("--fetch-max-bytes", type=int, default=1 << 20)
     p.add_argument("--failovers", type=int, default=3)
-    p.add_argument("--idle-partitions", type=int, default=64)
+    p.add_argument(
+        "--idle-partitions",
+        default="64",
+        help="comma-separated topic sizes, each measured on a fresh cluster (e.g. 64,512,4096)",
+    )
     p.add_argument("--idle-seconds", type=float, default=20.0)
+    p.add_argument("--idle-produce", action="store_true",
+                   help="idle: also produce on 3 partitions beside the largest size's idle ones, against a cluster "
+                        "with none (opts --duration, --warmup)")  # fmt: skip
+    p.add_argument("--create-partitions", type=int, default=1024, help="create: partitions of the topic (RF 3)")
+    p.add_argument(
+        "--create-timeout",
+        type=float,
+        default=300.0,
+        help="seconds a topic creation may take until every partition has a leader",
+    )
+    p.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=5.0,
+        help="failover --partitions: idle seconds between the last leader elected and the kill",
+    )
+    p.add_argument(
+        "--failover-timeout",
+        type=float,
+        default=60.0,
+        help="failover --partitions: seconds to wait for every partition to be led again",
+    )
     p.add_argument("--profile", metavar="DIR", help="py-spy every node during the produce window; stacks to DIR")
     args = p.parse_args(argv)
-    args.scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    args.scenarios = list(ALL) if args.scenario == "all" else [args.scenario]
+    args.produce_partitions = args.partitions or 3
     return args
 
 

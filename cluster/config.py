@@ -244,6 +244,9 @@ class NodeConfig:
     # Pace (bytes/s) of a full snapshot for a follower -- a new replica of a move, a replaced node -- on the
     # leader: its build and its transfer (Kafka's replication throttle). 0: as fast as it goes.
     raft_snapshot_max_bytes_per_s: int = 0
+    # Campaigns (pre-vote rounds and the elections they allow) a node runs at once (raft.campaigns): when a
+    # node dies, the groups it led elect new leaders this many at a time per survivor, not all in one tick.
+    raft_campaign_slots: int = 64
     # storage: RocksDB flushes and compactions bypass the page cache where the filesystem allows (storage.store)
     store_direct_io: bool = True
     # Carried markers (docs/carried-markers.md; on by default): a client that asks for them
@@ -410,6 +413,8 @@ def parse_config(raw: dict[str, Any], base_dir: Path | None = None) -> NodeConfi
         raise ConfigError("need 1 <= group_min_session_timeout_ms <= group_max_session_timeout_ms")
     if cfg.metrics_max_lag_series < 0:
         raise ConfigError("metrics_max_lag_series must not be negative")
+    if cfg.raft_campaign_slots < 1:
+        raise ConfigError("raft_campaign_slots must be >= 1")
     if cfg.raft_snapshot_max_bytes_per_s < 0:
         raise ConfigError("raft_snapshot_max_bytes_per_s must not be negative (0: unlimited)")
     if cfg.log_format not in ("text", "json"):

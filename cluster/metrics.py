@@ -45,7 +45,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from raft import ticker, traffic
+from raft import campaigns, ticker, traffic
+from raft.campaigns import CampaignStats
 from raft.traffic import Traffic
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus-client is partly untyped
@@ -261,13 +262,13 @@ class NodeCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         specs = [*NODE_GAUGES.values(), *TXN_GAUGES.values(), *GROUP_GAUGES.values(), COORDINATOR_GAUGE]
-        return [*(s.family() for s in specs), *_raft_counter_families(Traffic(), 0)]
+        return [*(s.family() for s in specs), *_raft_counter_families(Traffic(), 0, CampaignStats())]
 
     def collect(self) -> Iterator[Metric]:
         threads = NODE_GAUGES["python_threads"].family()
         threads.add_metric([], threading.active_count())
         yield threads
-        yield from _raft_counter_families(traffic.totals(), ticker.slow_steps())
+        yield from _raft_counter_families(traffic.totals(), ticker.slow_steps(), campaigns.totals())
         if self.node is not None:
             yield from _node_families(self.node())
         coord = COORDINATOR_GAUGE.family()
@@ -304,21 +305,33 @@ RAFT_COUNTERS = {
     "raft_messages_received": "Authenticated Raft frames this node received from its peers, all groups",
     "raft_message_bytes_received": "Bytes of the authenticated Raft frames this node received (opened)",
     "raft_ticker_stalls": "Raft ticker steps that took 0.5 s or more; each held up every Raft group of its ticker",
+    "raft_campaigns": "Campaigns (pre-vote rounds) this node's groups started, each in one of its campaign slots",
+    "raft_campaigns_waited": "Campaigns that found every campaign slot taken and waited in line for one",
+    "raft_campaigns_staggered": "Campaigns a follower put off by its successor rank (another replica goes first)",
 }
+RAFT_CAMPAIGN_PEAK = "raft_campaigns_in_flight_peak"
 
 
-def _raft_counter_families(t: Traffic, stalls: int) -> Iterator[Metric]:
+def _raft_counter_families(t: Traffic, stalls: int, c: CampaignStats) -> Iterator[Metric]:
     values = {
         "raft_messages_sent": t.frames_sent,
         "raft_message_bytes_sent": t.bytes_sent,
         "raft_messages_received": t.frames_received,
         "raft_message_bytes_received": t.bytes_received,
         "raft_ticker_stalls": stalls,
+        "raft_campaigns": c.granted,
+        "raft_campaigns_waited": c.waited,
+        "raft_campaigns_staggered": c.staggered,
     }
     for name, doc in RAFT_COUNTERS.items():
         fam = CounterMetricFamily(f"{PREFIX}_{name}", doc)
         fam.add_metric([], values[name])
         yield fam
+    peak = GaugeMetricFamily(
+        f"{PREFIX}_{RAFT_CAMPAIGN_PEAK}", "The most campaigns this node ever ran at once (bounded by its slots)"
+    )
+    peak.add_metric([], c.peak)
+    yield peak
 
 
 def _node_families(s: NodeSample) -> Iterator[Metric]:

@@ -163,6 +163,7 @@ class Node:
             check_quorum_s=config.raft_check_quorum_s,
             log_compaction_min_entries=config.raft_log_compaction_min_entries,
             snapshot_max_bytes_per_s=config.raft_snapshot_max_bytes_per_s,
+            campaign_slots=config.raft_campaign_slots,
         )
         raft_dir = data / "raft"
         self.raft = RaftNode(config.self_address.raft_address, raft_dir, settings, self.loop, bind_host=config.host)

@@ -4,11 +4,13 @@
 controller's placement: it starts a group for every partition assigned to this
 node (also the partitions a topic gains), keeps each replica's ``topic`` (so
 its config) current, and stops (and deletes) groups of deleted topics,
-including leftovers found on disk at start-up.
+including leftovers found on disk at start-up. Groups are built and destroyed
+on a worker thread, a chunk at a time, never on the event loop.
 
 Thread-safety: everything here runs on the asyncio loop thread except
 ``NotifyingLog.apply``/snapshot methods, which run on the Raft ticker thread
-and only hand off to the loop (``call_soon_threadsafe``).
+and only hand off to the loop (``call_soon_threadsafe``), and the setup steps
+(``ReplicaManager._setup_chunk``), which touch only the groups of their step.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from raft import LeadershipEvent, RaftGroup, RaftNode
+from raft import GroupSpec, LeadershipEvent, RaftError, RaftGroup, RaftNode
 from storage.partition_log import PartitionLog
 from storage.store import NodeStore
 
@@ -119,7 +122,39 @@ class LocalReplica:
         return (self.topic.name, self.partition)
 
 
+SETUP_CHUNK = 64  # groups the setup thread creates or destroys per step; the loop registers each step's
+
+
+@dataclass(frozen=True, slots=True)
+class _Create:
+    gid: str
+    meta: TopicMetadata
+    partition: int
+    replicas: tuple[int, ...]
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Destroy:
+    gid: str
+    rep: LocalReplica
+    delete_data: bool
+
+
+_Job = _Create | _Destroy
+
+
 class ReplicaManager:
+    """This node's data partition replicas (see module doc).
+
+    Creating and destroying groups runs off the event loop: ``reconcile`` queues the work, and one task
+    hands it to a worker thread ``SETUP_CHUNK`` groups at a time (each group's RocksDB state is read
+    and its Raft group built there), then registers the step's replicas on the loop. A topic of
+    thousands of partitions therefore never holds the loop for more than one step's registration.
+    A replica is served from its registration on; a leadership event that comes before it is kept
+    and applied then.
+    """
+
     def __init__(
         self,
         config: NodeConfig,
@@ -142,6 +177,12 @@ class ReplicaManager:
         self._by_group: dict[str, LocalReplica] = {}
         self._view: ControllerView | None = None
         self._orphans_cleaned = False
+        self._wanted: dict[str, tuple[TopicMetadata, int, tuple[int, ...]]] = {}
+        self._jobs: deque[_Job] = deque()
+        self._queued: set[str] = set()  # group ids with a creation queued or under way
+        self._early: dict[str, LeadershipEvent] = {}  # the last event of a group not registered yet
+        self._setup_task: asyncio.Task[None] | None = None
+        self._stopped = False
 
     def get(self, topic: str, partition: int) -> LocalReplica | None:
         return self.replicas.get((topic, partition))
@@ -151,8 +192,15 @@ class ReplicaManager:
         rep = self._by_group.get(group_id)
         return rep.log.high_watermark if rep is not None else None
 
+    @property
+    def setting_up(self) -> int:
+        """Groups whose creation or destruction is queued or under way."""
+        return len(self._jobs) + len(self._queued)
+
     def reconcile(self, view: ControllerView) -> None:
-        """Start and stop local groups so they match ``view``. Idempotent; loop thread."""
+        """Make the local groups match ``view``: queue creations and destructions (loop thread; returns at once).
+
+        Idempotent. Replicas that stay get the latest topic metadata and placement at once."""
         self._view = view
         me = self._config.node_id
         wanted: dict[str, tuple[TopicMetadata, int, tuple[int, ...]]] = {}
@@ -162,44 +210,110 @@ class ReplicaManager:
                 gid = group_id_for(meta.topic_id, a.partition)
                 if gid in hosted:
                     wanted[gid] = (meta, a.partition, a.replicas)
+        self._wanted = wanted
         for gid in list(self._by_group):
             if gid not in wanted:
-                self._remove(gid, delete_data=True)
+                self._queue_destroy(gid, delete_data=True)
         for gid, (meta, partition, replicas) in wanted.items():
             current = self._by_group.get(gid)
             if current is not None:
                 current.topic = meta  # a config change or a finished move: the latest placement and config
                 current.replicas = replicas
-            else:
+            elif gid not in self._queued:
                 try:
-                    self._add(gid, meta, partition, replicas)
+                    members = tuple(group_members(self._nodes, replicas, f"{meta.name}-{partition}"))
                 except Exception:
                     log.exception("could not start replica %s-%d (group %s)", meta.name, partition, gid)
+                    continue
+                self._queued.add(gid)
+                self._jobs.append(_Create(gid, meta, partition, replicas, members))
         if not self._orphans_cleaned:
             self._orphans_cleaned = True
             self._clean_orphans(set(wanted))
+        self._kick()
 
-    def _add(self, gid: str, meta: TopicMetadata, partition: int, replicas: tuple[int, ...]) -> None:
-        plog = PartitionLog(self._store, storage_prefix_for(meta.topic_id, partition), f"{meta.name}-{partition}")
-        notifier = NotifyingLog(plog, self._loop)
-        members = group_members(self._nodes, replicas, f"{meta.name}-{partition}")
-        group = self._raft.add_group(gid, members, notifier, on_event=self._on_event, delay_idle_commit_notify=True)
-        rep = LocalReplica(meta, partition, replicas, plog, notifier, group)
-        self.replicas[rep.key] = rep
-        self._by_group[gid] = rep
-        log.info("started replica %s-%d (group %s, replicas %s)", meta.name, partition, gid, replicas)
-
-    def _remove(self, gid: str, *, delete_data: bool) -> None:
+    def _queue_destroy(self, gid: str, *, delete_data: bool) -> None:
         rep = self._by_group.pop(gid, None)
         if rep is None:
             return
-        self.replicas.pop(rep.key, None)
+        self.replicas.pop(rep.key, None)  # no longer served from here on
+        self._jobs.append(_Destroy(gid, rep, delete_data))
+
+    def _kick(self) -> None:
+        if self._jobs and self._setup_task is None and not self._stopped:
+            self._setup_task = self._loop.create_task(self._run_setup())
+
+    async def _run_setup(self) -> None:
         try:
-            self._raft.remove_group(gid, delete_data=delete_data)
+            while self._jobs and not self._stopped:
+                chunk = [self._jobs.popleft() for _ in range(min(SETUP_CHUNK, len(self._jobs)))]
+                done = await asyncio.to_thread(self._setup_chunk, chunk)
+                self._register(done)
         finally:
-            if delete_data:
-                rep.log.destroy()
-        log.info("stopped replica %s-%d (group %s, data deleted=%s)", rep.topic.name, rep.partition, gid, delete_data)
+            self._setup_task = None
+        self._kick()  # queued while the last step ran
+
+    def _setup_chunk(self, chunk: list[_Job]) -> list[tuple[_Create, LocalReplica | None]]:
+        """Worker thread: destroy, then build, the step's groups; the created replicas, for the loop to register."""
+        builds: list[tuple[_Create, PartitionLog, NotifyingLog]] = []
+        created: list[tuple[_Create, LocalReplica | None]] = []
+        for job in chunk:
+            if isinstance(job, _Destroy):
+                self._destroy(job)
+                continue
+            meta, partition = job.meta, job.partition
+            try:
+                plog = PartitionLog(
+                    self._store, storage_prefix_for(meta.topic_id, partition), f"{meta.name}-{partition}"
+                )
+            except Exception:
+                log.exception("could not start replica %s-%d (group %s)", meta.name, partition, job.gid)
+                created.append((job, None))
+                continue
+            builds.append((job, plog, NotifyingLog(plog, self._loop)))
+        specs = [
+            GroupSpec(job.gid, job.members, notifier, self._on_event, delay_idle_commit_notify=True)
+            for job, _plog, notifier in builds
+        ]
+        for (job, plog, notifier), group in zip(builds, self._raft.add_groups(specs), strict=True):
+            if isinstance(group, RaftError):
+                log.error("could not start replica %s-%d (group %s): %s", job.meta.name, job.partition, job.gid, group)
+                created.append((job, None))
+            else:
+                created.append((job, LocalReplica(job.meta, job.partition, job.replicas, plog, notifier, group)))
+        return created
+
+    def _destroy(self, job: _Destroy) -> None:
+        try:
+            self._raft.remove_group(job.gid, delete_data=job.delete_data)
+        except Exception:
+            log.exception("could not stop replica group %s", job.gid)
+        finally:
+            if job.delete_data:
+                job.rep.log.destroy()
+        log.info("stopped replica %s-%d (group %s, data deleted=%s)", job.rep.topic.name, job.rep.partition,
+                 job.gid, job.delete_data)  # fmt: skip
+
+    def _register(self, created: list[tuple[_Create, LocalReplica | None]]) -> None:
+        """Loop thread: serve the replicas a setup step built; queue the destruction of any no longer wanted."""
+        started = 0
+        for job, rep in created:
+            self._queued.discard(job.gid)
+            early = self._early.pop(job.gid, None)
+            if rep is None:
+                continue
+            current = self._wanted.get(job.gid)
+            if current is None or self._stopped:  # deleted while it was built
+                self._jobs.append(_Destroy(job.gid, rep, delete_data=not self._stopped))
+                continue
+            rep.topic, rep.partition, rep.replicas = current
+            self.replicas[rep.key] = rep
+            self._by_group[job.gid] = rep
+            started += 1
+            if early is not None:
+                self._on_event(early)
+        if started:
+            log.info("started %d replicas (%d more queued)", started, len(self._queued))
 
     def _clean_orphans(self, wanted: set[str]) -> None:
         """Delete Raft dirs and RocksDB data of partitions deleted while this node was down."""
@@ -217,6 +331,8 @@ class ReplicaManager:
     def _on_event(self, event: LeadershipEvent) -> None:
         rep = self._by_group.get(event.group_id)
         if rep is None:
+            if event.group_id in self._queued:
+                self._early[event.group_id] = event  # applied when the replica is registered
             return
         leader_node = self._nodes.node_by_raft_address(event.leader) if event.leader else None
         new_leader = leader_node.id if leader_node else None
@@ -228,5 +344,12 @@ class ReplicaManager:
             self._on_leader_change(rep)
 
     def stop_all(self) -> None:
+        """Stop every local group, keeping its data (shutdown; blocks while groups close)."""
+        self._stopped = True
+        self._jobs.clear()
+        if self._setup_task is not None:
+            self._setup_task.cancel()  # a step under way finishes in its thread; RaftNode.stop closes its groups
         for gid in list(self._by_group):
-            self._remove(gid, delete_data=False)
+            rep = self._by_group.pop(gid)
+            self.replicas.pop(rep.key, None)
+            self._destroy(_Destroy(gid, rep, delete_data=False))

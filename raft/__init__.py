@@ -18,13 +18,14 @@ from raft.errors import (
     SnapshotCorruptError,
 )
 from raft.group import RaftGroup
-from raft.node import RaftNode
+from raft.node import GroupSpec, RaftNode
 from raft.settings import GroupStatus, LeadershipEvent, RaftSettings
 from raft.state_machine import NOOP_COMMAND, StateMachine
 
 __all__ = [
     "NOOP_COMMAND",
     "CannotRemoveLeader",
+    "GroupSpec",
     "GroupStatus",
     "LeadershipEvent",
     "MembershipChangeInProgress",

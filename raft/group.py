@@ -33,6 +33,7 @@ from pysyncobj.config import FAIL_REASON
 
 from raft import membership, snapshot, snapshot_transmission
 from raft import pysyncobj_patches as patches
+from raft.campaigns import CampaignScheduling
 from raft.compaction import Compaction
 from raft.errors import (
     CannotRemoveLeader,
@@ -89,7 +90,7 @@ def _fatal_corrupt_snapshot(group_id: str, path: str, exc: BaseException) -> Non
 fatal_corrupt_snapshot: Callable[[str, str, BaseException], None] = _fatal_corrupt_snapshot
 
 
-class _GroupSyncObj(MembershipLog, QuorumGuard, patches.CoalescedAppendEntries, SyncObj):  # type: ignore[misc]  # PySyncObj is untyped
+class _GroupSyncObj(MembershipLog, CampaignScheduling, QuorumGuard, patches.CoalescedAppendEntries, SyncObj):  # type: ignore[misc]  # PySyncObj is untyped
     """The SyncObj of one group; its single replicated method applies a command."""
 
     def __init__(self, owner: RaftGroup, *args: Any, **kwargs: Any) -> None:
@@ -100,6 +101,9 @@ class _GroupSyncObj(MembershipLog, QuorumGuard, patches.CoalescedAppendEntries, 
         self.commit_notify_delay = owner._settings.commit_notify_delay_s
         self.lazy_commit_notify = owner.lazy_commit_notify
         self.delay_idle_commit_notify = owner.delay_idle_commit_notify
+        self.txb_preference = owner.members  # campaign order (``raft.campaigns``)
+        self.txb_shard = owner._shard
+        self.txb_campaign_slots = owner._settings.campaign_slots
         super().__init__(*args, **kwargs)
 
     def _wake_at(self, when: float) -> None:
@@ -216,6 +220,7 @@ class RaftGroup:
         if so is None or self._destroyed:
             return
         self._destroyed = True
+        so._txb_forget_campaign()
         try:
             patches.store_commit_index(so)
         except Exception:

@@ -1,7 +1,7 @@
 """``RaftNode``: all Raft groups of this process, one port, a few ticker threads.
 
 Lifecycle: ``start()`` binds the node's single Raft port and starts the
-listener and ticker threads; ``add_group``/``remove_group`` create and
+listener and ticker threads; ``add_group``/``add_groups``/``remove_group`` create and
 destroy groups (on their ticker shard, synchronously); ``stop()`` destroys
 every group (journals flushed and closed), stops the threads and closes the
 port. Groups are assigned to shards by a stable hash (CRC32) of the group id.
@@ -24,6 +24,7 @@ import threading
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from raft import pysyncobj_patches as patches
@@ -38,6 +39,20 @@ logger = logging.getLogger(__name__)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _CALL_TIMEOUT_S = 30.0
+#: Groups ``add_groups`` builds in one ticker task (a few ms each: the ticker's other groups wait meanwhile).
+ADD_BATCH = 32
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    """What ``RaftNode.add_groups`` needs of one group (the arguments of ``add_group``)."""
+
+    group_id: str
+    members: tuple[str, ...]
+    sm: StateMachine
+    on_event: Callable[[LeadershipEvent], None] | None = None
+    lazy_commit_notify: bool = False
+    delay_idle_commit_notify: bool = False
 
 
 def group_dir_name(group_id: str) -> str:
@@ -138,7 +153,8 @@ class RaftNode:
         """Create and start this node's replica of ``group_id``.
 
         ``members`` are the voters' raft addresses as the caller believes them, including
-        this node's: the group's configuration when its log says nothing else. From the
+        this node's, the preferred leader first (``raft.campaigns``): the group's configuration
+        when its log says nothing else. From the
         group's first tick on, the configuration of its snapshot and journal wins
         (``raft.membership_log``), so a restart with stale members never brings back an
         old configuration. A node about to be added (``RaftGroup.change_membership``)
@@ -151,44 +167,98 @@ class RaftNode:
         Blocks until the group exists on its ticker shard (milliseconds; the
         journal is replayed later, by the first ticks).
         """
-        if self.self_address not in members:
-            raise RaftError(f"{self.self_address} is not a member of group {group_id!r}")
-        for m in members:
+        group = self._register(
+            GroupSpec(group_id, tuple(members), sm, on_event, lazy_commit_notify, delay_idle_commit_notify)
+        )
+        results: list[RaftGroup | RaftError] = [group]
+        self._construct(group._shard, [group], results)
+        if isinstance(results[0], RaftError):
+            raise results[0]
+        return group
+
+    def add_groups(self, specs: Sequence[GroupSpec]) -> list[RaftGroup | RaftError]:
+        """Create many groups (``add_group`` of each spec), each shard's in one ticker task per ``ADD_BATCH``.
+
+        A ticker runs its control tasks between passes over its groups; one task per group would
+        make each creation wait for a pass. The result of each spec, in order: its group, or the
+        ``RaftError`` that kept it from being created. Never from a ticker thread.
+        """
+        results: list[RaftGroup | RaftError] = []
+        made: list[RaftGroup] = []
+        for spec in specs:
+            try:
+                group = self._register(spec)
+            except (RaftError, ValueError) as e:
+                results.append(e if isinstance(e, RaftError) else RaftError(str(e)))
+                continue
+            results.append(group)
+            made.append(group)
+        for shard in self._shards:
+            mine = [g for g in made if g._shard is shard]
+            for at in range(0, len(mine), ADD_BATCH):
+                self._construct(shard, mine[at : at + ADD_BATCH], results)
+        return results
+
+    def _register(self, spec: GroupSpec) -> RaftGroup:
+        if self.self_address not in spec.members:
+            raise RaftError(f"{self.self_address} is not a member of group {spec.group_id!r}")
+        for m in spec.members:
             split_address(m)
-        shard = self._shard_for(group_id)
+        shard = self._shard_for(spec.group_id)
+        data_dir = self.data_dir / group_dir_name(spec.group_id)
         with self._lock:
             if not self._started or self._stopped:
                 raise RaftError("RaftNode is not running")
-            if group_id in self._groups:
-                raise RaftError(f"group {group_id!r} already exists")
+            if spec.group_id in self._groups:
+                raise RaftError(f"group {spec.group_id!r} already exists")
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)  # here, not on the ticker thread (a directory entry written)
+        except OSError as e:
+            raise RaftError(f"cannot create group {spec.group_id!r}: {e}") from e
+        with self._lock:
+            if spec.group_id in self._groups:
+                raise RaftError(f"group {spec.group_id!r} already exists")
             group = RaftGroup(
-                group_id=group_id,
-                members=tuple(dict.fromkeys(members)),
+                group_id=spec.group_id,
+                members=tuple(dict.fromkeys(spec.members)),
                 self_address=self.self_address,
-                sm=sm,
-                data_dir=str(self.data_dir / group_dir_name(group_id)),
+                sm=spec.sm,
+                data_dir=str(data_dir),
                 settings=self.settings,
                 loop=self._loop,
                 shard=shard,
-                on_event=on_event,
+                on_event=spec.on_event,
                 on_rejected=self._rejected,
-                lazy_commit_notify=lazy_commit_notify,
+                lazy_commit_notify=spec.lazy_commit_notify,
                 compaction_executor=self._compaction_pool,
-                delay_idle_commit_notify=delay_idle_commit_notify,
+                delay_idle_commit_notify=spec.delay_idle_commit_notify,
             )
-            self._groups[group_id] = group
+            self._groups[spec.group_id] = group
+        return group
 
-        def construct() -> None:
-            group._construct()
-            shard.groups[group_id] = group
+    def _construct(self, shard: TickerShard, groups: list[RaftGroup], results: list[RaftGroup | RaftError]) -> None:
+        """Build ``groups`` on ``shard`` in one task; a group that fails is unregistered, its error in ``results``."""
+
+        def construct() -> list[tuple[RaftGroup, BaseException]]:
+            failed: list[tuple[RaftGroup, BaseException]] = []
+            for group in groups:
+                try:
+                    group._construct()
+                except Exception as e:
+                    failed.append((group, e))
+                    continue
+                shard.groups[group.group_id] = group
+            return failed
 
         try:
-            shard.call(construct).result(_CALL_TIMEOUT_S)
+            failed = shard.call(construct).result(_CALL_TIMEOUT_S)
         except Exception as e:
+            failed = [(g, e) for g in groups]
+        for group, exc in failed:
             with self._lock:
-                self._groups.pop(group_id, None)
-            raise RaftError(f"cannot create group {group_id!r}: {e}") from e
-        return group
+                self._groups.pop(group.group_id, None)
+            at = next(i for i, r in enumerate(results) if r is group)
+            results[at] = RaftError(f"cannot create group {group.group_id!r}: {exc}")
 
     def remove_group(self, group_id: str, delete_data: bool = False) -> None:
         with self._lock:

@@ -113,6 +113,11 @@ class QuorumGuard:
             self._txb_campaign = False  # a majority said yes: PySyncObj campaigns in this tick
             self.pre_vote_campaigns += 1
             return
+        hold = self._txb_campaign_hold(now)  # successor rank and campaign slots (``raft.campaigns``)
+        if hold > 0:
+            patches.set_election_deadline(self, now + hold)
+            self._wake_at(now + hold)
+            return
         patches.set_election_deadline(self, now + patches.random_election_timeout(self))
         term = int(self.raftCurrentTerm) + 1  # type: ignore[attr-defined]  # SyncObj provides it
         self._txb_round = PreVoteRound(term=term, cluster_size=len(others) + 1, started=now)
@@ -207,6 +212,10 @@ class QuorumGuard:
         now = patches.syncobj_clock()
         patches.set_election_deadline(self, 0.0)
         self._wake_at(now)
+
+    def _txb_campaign_hold(self, now: float) -> float:
+        """Hook: seconds to wait before starting a campaign (0: now); ``raft.campaigns`` decides."""
+        return 0.0
 
     def quorum_heard_within(self, seconds: float) -> bool:
         """As a leader: did a majority (itself included) answer within ``seconds``? (any thread)

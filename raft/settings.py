@@ -52,6 +52,8 @@ class RaftSettings:
     # bytes/s, for its build on the leader and again for its transfer (Kafka's replication throttle): the
     # copy then takes that much less of the node from the groups it serves meanwhile. 0: as fast as it goes.
     snapshot_max_bytes_per_s: int = 0
+    # Campaigns (pre-vote rounds and the elections they allow) a ticker shard runs at once (``raft.campaigns``).
+    campaign_slots: int = 64
 
     def __post_init__(self) -> None:
         if not self.password:
@@ -66,6 +68,8 @@ class RaftSettings:
             raise ValueError("leader_fallback_s must be >= check_quorum_s")
         if not 0 <= self.commit_notify_delay_s <= self.heartbeat_s:
             raise ValueError("commit_notify_delay_s must be in [0, heartbeat_s]")
+        if self.campaign_slots < 1:
+            raise ValueError("campaign_slots must be >= 1")
         if self.snapshot_max_bytes_per_s < 0:
             raise ValueError("snapshot_max_bytes_per_s must be >= 0 (0: unlimited)")
 

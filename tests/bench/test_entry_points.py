@@ -23,7 +23,10 @@ def test_every_bench_scenario_prints_its_usage(argv: list[str], capsys: pytest.C
     out = capsys.readouterr().out
     assert "usage:" in out
     if argv == ["bench", "--help"]:  # the broker scenarios' usage, after the list of the others
-        assert out.startswith("extra scenarios: clients (bench.clients)") and "{produce,fetch,failover,idle,all}" in out
+        assert (
+            out.startswith("extra scenarios: clients (bench.clients)")
+            and "{produce,fetch,failover,idle,create,all}" in out
+        )
 
 
 def test_a_flag_before_the_scenario_reaches_the_bench_parser(capsys: pytest.CaptureFixture[str]) -> None:
