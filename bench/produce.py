@@ -33,6 +33,7 @@ from .harness import BenchCluster, fresh_cluster
 from .measure import host_cpu, machine_info, pct, proc_stat, self_cpu
 from .produce_load import TOPIC, Load, PartitionWriter, drive_produce, make_records
 from .profiling import start_profile, summarize_profile
+from .raft_idle import wait_settled
 
 SCENARIOS = ("produce", "fetch", "failover", "idle")
 
@@ -176,7 +177,8 @@ def scenario_idle(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[str,
         t0 = time.monotonic()
         cluster.create_topic(TOPIC, opts.idle_partitions, timeout=180)
         elected = time.monotonic() - t0
-        time.sleep(3.0)  # let the startup traffic settle
+        # Let the startup traffic settle: elections, leader balancing, then groups quiescing.
+        settled, quiescent = wait_settled([cluster.url(i) + "/metrics" for i in cluster.procs], opts.idle_settle_s)
         before = {i: proc_stat(p.pid)[0] for i, p in cluster.procs.items()}
         t0, h0 = time.monotonic(), host_cpu()
         time.sleep(opts.idle_seconds)
@@ -186,7 +188,8 @@ def scenario_idle(opts: argparse.Namespace, shared: dict[str, Any]) -> dict[str,
             cpu, rss, threads = proc_stat(p.pid)
             nodes[f"node{i}"] = {"cpu_pct": round(100 * (cpu - before[i]) / wall, 2), "rss_mb": round(rss, 1),
                                  "threads": threads}  # fmt: skip
-    return {"partitions": opts.idle_partitions, "all_leaders_after_s": round(elected, 1), "seconds": round(wall, 1),
+    return {"partitions": opts.idle_partitions, "all_leaders_after_s": round(elected, 1),
+            "settled_after_s": round(settled, 1), "quiescent_groups_per_node": quiescent, "seconds": round(wall, 1),
             "nodes": nodes, "total_cpu_pct": round(sum(n["cpu_pct"] for n in nodes.values()), 2),
             "host_cpu_busy_pct": round(100 * (h1[0] - h0[0]) / (h1[1] - h0[1]), 1)}  # fmt: skip
 
@@ -241,6 +244,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--failovers", type=int, default=3)
     p.add_argument("--idle-partitions", type=int, default=64)
     p.add_argument("--idle-seconds", type=float, default=20.0)
+    p.add_argument("--idle-settle-s", type=float, default=90.0,
+                   help="longest wait for leadership and quiescence to settle before measuring")  # fmt: skip
     p.add_argument("--profile", metavar="DIR", help="py-spy every node during the produce window; stacks to DIR")
     args = p.parse_args(argv)
     args.scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]

@@ -12,6 +12,7 @@ import argparse
 import os
 import tempfile
 import time
+import urllib.request
 
 from cluster.config import free_ports
 from raft.node_host import HostProcess
@@ -44,6 +45,33 @@ def wait_all_leaders(procs: list[HostProcess], total: int, timeout: float) -> fl
             return time.monotonic() - start
         time.sleep(0.2)
     raise TimeoutError(f"only {len(ready)}/{total} groups have a ready leader")
+
+
+def quiescent_groups(metrics_url: str, timeout: float = 10.0) -> tuple[int, int]:
+    """(``txbroker_raft_quiescent_groups``, Raft groups led) as one node's ``/metrics`` reports them."""
+    with urllib.request.urlopen(metrics_url, timeout=timeout) as resp:
+        text = resp.read().decode()
+    quiet = led = 0
+    for line in text.splitlines():
+        if line.startswith("txbroker_raft_quiescent_groups "):
+            quiet = int(float(line.split()[-1]))
+        elif line.startswith("txbroker_raft_is_leader{") and line.endswith(" 1.0"):
+            led += 1
+    return quiet, led
+
+
+def wait_settled(metrics_urls: list[str], timeout: float, step: float = 2.0) -> tuple[float, list[int]]:
+    """Wait until no node's quiescent and led group counts change over ``step`` (leader balancing, elections
+    and wake-ups after a topic's creation are over); (seconds waited, quiescent groups per node)."""
+    start = time.monotonic()
+    before = [quiescent_groups(u) for u in metrics_urls]
+    while time.monotonic() - start < timeout:
+        time.sleep(step)
+        now = [quiescent_groups(u) for u in metrics_urls]
+        if now == before and all(q > 0 for q, _ in now):
+            break
+        before = now
+    return time.monotonic() - start, [q for q, _ in before]
 
 
 def main() -> None:

@@ -248,7 +248,7 @@ class RaftGroup:
         so.doTick(0.0)
         self._after_tick(so)
         shard = self._shard
-        if so.txb_quiet:
+        if so.txb_quiescence_state() is QuiescenceState.QUIESCENT:  # a QUIESCING leader re-sends its mark on time
             if self.group_id not in shard.quiet:
                 shard.set_quiet(self.group_id, True)
             now = time.monotonic()
@@ -272,10 +272,23 @@ class RaftGroup:
             if so is None or self._destroyed or not so.txb_quiet:
                 return
             so.txb_wake(reason)
-            self._shard.set_quiet(self.group_id, False)
-            self._shard.notify(self.group_id)
+            self._awake()
 
         self._shard.call(run)
+
+    def peer_lapsed(self, peer: str, restarted: bool) -> None:
+        """Node ``peer`` fell silent or restarted: a quiet replica it matters to wakes (any thread, asynchronous)."""
+
+        def run() -> None:
+            so = self._so
+            if so is not None and not self._destroyed and so.txb_peer_lapsed(peer, restarted):
+                self._awake()
+
+        self._shard.call(run)
+
+    def _awake(self) -> None:
+        self._shard.set_quiet(self.group_id, False)
+        self._shard.notify(self.group_id)
 
     def _after_tick(self, so: _GroupSyncObj) -> None:
         term = so.raftCurrentTerm

@@ -104,6 +104,7 @@ class NodeLiveness:
         self._lapsed: set[str] = set()
         self._unidentified: set[FrameConnection] = set()
         self._closed = False
+        self._last_tick: float | None = None
         self.heartbeats_sent = 0
         self.heartbeats_received = 0
 
@@ -125,6 +126,10 @@ class NodeLiveness:
         if self._closed:
             return
         now = self._clock()
+        previous, self._last_tick = self._last_tick, now
+        # A late tick (this node's ticker stalled) judges nothing: the peers' heartbeats are
+        # still unread in the sockets, and a lapse now would wake groups of healthy peers.
+        on_time = previous is not None and now - previous < self.lapse_s / 2
         if now >= self._next_peer_refresh:
             self._next_peer_refresh = now + PEER_REFRESH_S
             self._refresh_peers()
@@ -133,7 +138,7 @@ class NodeLiveness:
             if link is None:
                 link = self._links[peer] = _Link()
             self._maintain(peer, link, now)
-        for peer in self._peers:
+        for peer in self._peers if on_time else ():
             heard = self._heard.get(peer)
             if heard is not None and now - heard >= self.lapse_s and peer not in self._lapsed:
                 self._lapsed.add(peer)

@@ -33,7 +33,7 @@ from raft.errors import RaftError
 from raft.frame_crypto import cluster_key
 from raft.group import RaftGroup
 from raft.liveness import LIVENESS_CHANNEL, NodeLiveness
-from raft.quiescence import QuiescenceState, WakeReason
+from raft.quiescence import QuiescenceState
 from raft.settings import LeadershipEvent, RaftSettings
 from raft.state_machine import StateMachine
 from raft.ticker import ProxyPoller, TickerShard
@@ -117,8 +117,8 @@ class RaftNode:
             connection_timeout_s=s.connection_timeout_s,
             retry_s=s.connection_retry_s,
             peers=self._peers,
-            on_lapse=functools.partial(self._wake_groups_with, WakeReason.PEER_LAPSED),
-            on_restart=functools.partial(self._wake_groups_with, WakeReason.PEER_LAPSED),
+            on_lapse=functools.partial(self._peer_lapsed, restarted=False),
+            on_restart=functools.partial(self._peer_lapsed, restarted=True),
         )
 
         def install() -> None:
@@ -135,11 +135,11 @@ class RaftNode:
         peers.discard(self.self_address)
         return peers
 
-    def _wake_groups_with(self, reason: WakeReason, peer: str) -> None:
-        """Wake every quiet group ``peer`` is a voter of (its node lapsed or restarted)."""
+    def _peer_lapsed(self, peer: str, *, restarted: bool) -> None:
+        """Tell every quiet group ``peer`` is a voter of that its node lapsed or restarted."""
         for group in list(self._groups.values()):
             if group.quiescence() is not QuiescenceState.ACTIVE and peer in group.voters():
-                group.wake(reason)
+                group.peer_lapsed(peer, restarted)
 
     def quiescent_groups(self) -> int:
         """How many groups of this node are quiescent (leader or follower; any thread)."""

@@ -112,17 +112,53 @@ class QuiescentGroup:
         self.txb_quiet = self.txb_quiescence.quiet
 
     def txb_wake(self, reason: WakeReason) -> None:
-        """Back to Raft's own heartbeats and election timers (ticker thread)."""
+        """Back to Raft's own heartbeats and election timers (ticker thread).
+
+        A quiet replica is ticked only every few seconds, so what its last tick took from the
+        node heartbeats may be old: it is taken again now. A woken leader then counts each
+        follower whose node is heard as having answered (check quorum must not depose it
+        before its first heartbeat is answered), and a woken follower's election deadline runs
+        from the last time it heard its leader's node, never from an older tick.
+        """
         q = self.txb_quiescence
-        was_leader_quiet = q.quiet and patches.raft_state(self) == _LEADER
-        if not q.wake(reason):
+        if not q.quiet:
             return
+        now = patches.syncobj_clock()
+        state = patches.raft_state(self)
+        leader = patches.raft_leader_node(self)
+        if state == _LEADER:
+            self._txb_count_node_heartbeats(now)
+        elif q.state is QuiescenceState.QUIESCENT and leader is not None and str(leader.id) == q.leader:
+            heard = self._txb_heard(str(leader.id), now)
+            if heard is not None:
+                self._txb_follow_node_heartbeat(heard)
+        q.wake(reason)
         self.wake_count += 1
         self.txb_quiet = False
         logger.debug("raft group %r wakes: %s", self.txb_name, reason.value)
-        if was_leader_quiet:
+        if state == _LEADER:
             self.__dict__["_SyncObj__newAppendEntriesTime"] = 0.0  # heartbeat in this very tick
-        self._wake_at(patches.syncobj_clock())
+        self._wake_at(now)
+
+    def txb_peer_lapsed(self, peer: str, restarted: bool) -> bool:
+        """Node ``peer`` fell silent (or restarted): wake if it matters to this replica; True if it woke.
+
+        A quiet leader wakes for any follower; a quiescent follower for its leader only (a
+        silent fellow follower changes nothing for it). A restart wakes any replica the node
+        is a voter of: a restarted leader lost its leadership, a restarted follower may have
+        lost entries it had not written.
+        """
+        q = self.txb_quiescence
+        if not q.quiet:
+            return False
+        voters = {str(n.id) for n in patches.other_nodes(self)}
+        if patches.raft_state(self) == _LEADER:
+            matters = peer in voters
+        else:
+            matters = peer == q.leader or (restarted and peer in voters)
+        if matters:
+            self.txb_wake(WakeReason.PEER_LAPSED)
+        return matters
 
     # --- tick ---------------------------------------------------------------------------------
 
@@ -187,14 +223,17 @@ class QuiescentGroup:
     def _txb_leader_stay_quiet(self, q: Quiescence, now: float) -> None:
         # No heartbeat from PySyncObj; the followers' node heartbeats stand for their answers.
         self.__dict__["_SyncObj__newAppendEntriesTime"] = now + self.heartbeat_s
+        self._txb_count_node_heartbeats(now)
+        if q.state is QuiescenceState.QUIESCING and now >= self._txb_next_mark_send:
+            self._txb_send_mark(q, now)
+        self._txb_keep_connections(now)
+
+    def _txb_count_node_heartbeats(self, now: float) -> None:
         responses = patches.last_response_times(self)
         for node in self._txb_followers():
             heard = self._txb_heard(str(node.id), now)
             if heard is not None and heard > responses.get(node, float("-inf")):
                 responses[node] = heard
-        if q.state is QuiescenceState.QUIESCING and now >= self._txb_next_mark_send:
-            self._txb_send_mark(q, now)
-        self._txb_keep_connections(now)
 
     def _txb_follow_node_heartbeat(self, heard: float) -> None:
         self._txb_leader_contact = max(self._txb_leader_contact or heard, heard)
