@@ -63,6 +63,7 @@ _FAIL_NAMES[LEADERSHIP_LOST] = "LEADERSHIP_LOST"
 _STATE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
 EXIT_CORRUPT_SNAPSHOT = 70
 _COMPACTION_WAIT_S = 30.0
+QUIET_FULL_TICK_S = 60.0
 
 
 def _fatal_corrupt_snapshot(group_id: str, path: str, exc: BaseException) -> None:
@@ -147,6 +148,7 @@ class RaftGroup:
         # Node heartbeats (``raft.liveness``); None: the group never quiesces.
         self._liveness = liveness
         self._next_slow_tick = 0.0
+        self._next_full_tick = 0.0
         # Followers learn a new commit index from the next heartbeat when nothing else is in flight
         # (``pysyncobj_patches.CoalescedAppendEntries``): for groups written now and then, like coordinators'.
         self.lazy_commit_notify = lazy_commit_notify
@@ -245,19 +247,29 @@ class RaftGroup:
         so = self._so
         if so is None or self._destroyed:
             return
+        now = time.monotonic()
+        # A quiescent replica runs PySyncObj's own tick (journal timers, log compaction by time) only every
+        # QUIET_FULL_TICK_S; its other ticks are the few checks of ``txb_quiet_upkeep``.
+        if now < self._next_full_tick and so.txb_quiet_upkeep():
+            self._schedule_slow_tick(now)
+            return
         so.doTick(0.0)
         self._after_tick(so)
         shard = self._shard
         if so.txb_quiescence_state() is QuiescenceState.QUIESCENT:  # a QUIESCING leader re-sends its mark on time
             if self.group_id not in shard.quiet:
                 shard.set_quiet(self.group_id, True)
-            now = time.monotonic()
-            if now >= self._next_slow_tick:
-                self._next_slow_tick = now + self._settings.quiescent_tick_s
-                shard.tick_slowly(self.group_id, self._next_slow_tick)
+            if now >= self._next_full_tick:
+                self._next_full_tick = now + QUIET_FULL_TICK_S
+            self._schedule_slow_tick(now)
         elif self.group_id in shard.quiet:
             shard.set_quiet(self.group_id, False)
-            self._next_slow_tick = 0.0
+            self._next_slow_tick = self._next_full_tick = 0.0
+
+    def _schedule_slow_tick(self, now: float) -> None:
+        if now >= self._next_slow_tick:
+            self._next_slow_tick = now + self._settings.quiescent_tick_s
+            self._shard.tick_slowly(self.group_id, self._next_slow_tick)
 
     def quiescence(self) -> QuiescenceState:
         """This replica's quiescence (any thread; ``raft.quiescence``)."""
@@ -288,6 +300,7 @@ class RaftGroup:
 
     def _awake(self) -> None:
         self._shard.set_quiet(self.group_id, False)
+        self._next_slow_tick = self._next_full_tick = 0.0
         self._shard.notify(self.group_id)
 
     def _after_tick(self, so: _GroupSyncObj) -> None:

@@ -261,7 +261,13 @@ class Host:
 class HostProcess:
     """Parent-side handle of a ``raft.node_host`` child process."""
 
-    def __init__(self, args: list[str], stderr_path: str | None = None, module: str = "raft.node_host") -> None:
+    def __init__(
+        self,
+        args: list[str],
+        stderr_path: str | None = None,
+        module: str = "raft.node_host",
+        start_timeout: float = 30.0,
+    ) -> None:
         repo_root = str(pathlib.Path(__file__).resolve().parent.parent)
         self._stderr = open(stderr_path or os.devnull, "ab")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
@@ -274,7 +280,11 @@ class HostProcess:
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
-        started = self._read(30.0)
+        try:
+            started = self._read(start_timeout)
+        except (TimeoutError, EOFError):
+            self.kill()
+            raise
         self.pid = int(started["pid"])
 
     def _pump(self) -> None:

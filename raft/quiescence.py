@@ -286,8 +286,12 @@ def follower_wake_reason(
     leader_heard: float | None,
     now: float,
     liveness_timeout_s: float,
+    leader_connected: bool = True,
 ) -> WakeReason | None:
-    """Follower, on each tick while quiescent: why it must run its election timer again."""
+    """Follower, on each tick while quiescent: why it must run its election timer again.
+
+    A dropped connection to the leader wakes it too: an active replica redials at once.
+    """
     mark = q.mark
     if q.state is not QuiescenceState.QUIESCENT or mark is None:
         return None
@@ -295,6 +299,8 @@ def follower_wake_reason(
         return WakeReason.ROLE_CHANGED
     if last_index != mark.last_index:
         return WakeReason.LEADER_MESSAGE
+    if not leader_connected:
+        return WakeReason.DISCONNECTED
     if not node_alive(now, leader_heard, liveness_timeout_s):
         return WakeReason.PEER_LAPSED
     return None

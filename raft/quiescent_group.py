@@ -169,6 +169,20 @@ class QuiescentGroup:
         if self.txb_liveness is not None:
             self._txb_after_tick()
 
+    def txb_quiet_upkeep(self) -> bool:
+        """A quiescent replica's tick without PySyncObj's: wake checks and node heartbeat bookkeeping only.
+
+        True: still quiescent, nothing else to do. False: a proposal, a transfer or a wake
+        reason needs PySyncObj's own tick (the caller runs it now).
+        """
+        q = self.txb_quiescence
+        if q.state is not QuiescenceState.QUIESCENT or self.txb_liveness is None:
+            return False
+        if _queued(self) or patches.transfer_in_progress(self):
+            return False
+        self._txb_before_tick()
+        return q.state is QuiescenceState.QUIESCENT
+
     def _txb_followers(self) -> list[Any]:
         return list(patches.other_nodes(self))
 
@@ -197,6 +211,7 @@ class QuiescentGroup:
                 leader_heard=heard,
                 now=now,
                 liveness_timeout_s=self.liveness_timeout_s,
+                leader_connected=leader is not None and leader in patches.connected_nodes(self),
             )
             if reason is not None:
                 self.txb_wake(reason)

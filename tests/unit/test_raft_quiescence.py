@@ -310,6 +310,7 @@ def test_a_quiescent_follower_that_hears_its_leader_stays_quiet() -> None:
         ({"is_follower": False}, WakeReason.ROLE_CHANGED),
         ({"leader": F2}, WakeReason.ROLE_CHANGED),
         ({"last_index": 41}, WakeReason.LEADER_MESSAGE),
+        ({"leader_connected": False}, WakeReason.DISCONNECTED),
     ],
 )
 def test_a_quiescent_follower_wakes_when_the_leaders_node_lapses_or_its_term_or_log_moves(
