@@ -257,6 +257,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=60.0,
         help="failover --partitions: seconds to wait for every partition to be led again",
     )
+    p.add_argument("--idle-settle-s", type=float, default=90.0,
+                   help="idle: longest wait for leadership and quiescence to settle before measuring")  # fmt: skip
     p.add_argument("--profile", metavar="DIR", help="py-spy every node during the produce window; stacks to DIR")
     args = p.parse_args(argv)
     args.scenarios = list(ALL) if args.scenario == "all" else [args.scenario]

@@ -12,6 +12,8 @@ import argparse
 import os
 import tempfile
 import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 from cluster.config import free_ports
 from raft.node_host import HostProcess
@@ -20,17 +22,26 @@ from .measure import proc_stat
 
 
 def start_cluster(
-    n_groups: int, extra: list[str], tmp: str, extra_args: list[str]
+    n_groups: int, extra: list[str], tmp: str, extra_args: list[str], start_timeout: float = 30.0
 ) -> tuple[list[HostProcess], list[str]]:
+    """Start the 3 node processes side by side (each creates its groups before it answers)."""
     addrs = [f"127.0.0.1:{port}" for port in free_ports(3)]
-    procs = []
-    for i, addr in enumerate(addrs):
+
+    def start(i: int) -> HostProcess:
         args = [
-            "--addr", addr, "--members", ",".join(addrs), "--data", os.path.join(tmp, f"n{i}"),
+            "--addr", addrs[i], "--members", ",".join(addrs), "--data", os.path.join(tmp, f"n{i}"),
             "--groups", str(n_groups), "--prefix", "p", "--extra-groups", ",".join(extra),
             *extra_args,
         ]  # fmt: skip
-        procs.append(HostProcess(args, stderr_path=os.path.join(tmp, f"n{i}.log")))
+        return HostProcess(args, stderr_path=os.path.join(tmp, f"n{i}.log"), start_timeout=start_timeout)
+
+    with ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(start, i) for i in range(3)]
+    procs = [f.result() for f in futures if f.exception() is None]
+    if len(procs) < 3:
+        for p in procs:
+            p.kill()
+        raise next(e for f in futures if (e := f.exception()) is not None)
     return procs, addrs
 
 
@@ -46,6 +57,58 @@ def wait_all_leaders(procs: list[HostProcess], total: int, timeout: float) -> fl
     raise TimeoutError(f"only {len(ready)}/{total} groups have a ready leader")
 
 
+def wait_quiescent(
+    procs: list[HostProcess], timeout: float, step: float = 2.0, still: int = 3
+) -> tuple[float, list[int]]:
+    """Wait until no node's count of quiescent replicas (and of leaders) changes over ``still`` steps in a row."""
+
+    def counts() -> list[tuple[int, int]]:
+        out = []
+        for p in procs:
+            roles = p.request({"op": "roles"}, timeout=60.0)["ok"].values()
+            out.append((sum(1 for r in roles if r[2] == "QUIESCENT"), sum(1 for r in roles if r[0] == "leader")))
+        return out
+
+    start = time.monotonic()
+    before, same = counts(), 0
+    while time.monotonic() - start < timeout and same < still:
+        time.sleep(step)
+        now = counts()
+        same = same + 1 if now == before else 0
+        before = now
+    return time.monotonic() - start, [q for q, _ in before]
+
+
+def quiescent_groups(metrics_url: str, timeout: float = 10.0) -> tuple[int, int, int]:
+    """(``txbroker_raft_quiescent_groups``, Raft groups led, sum of their terms) as one node's ``/metrics`` says."""
+    with urllib.request.urlopen(metrics_url, timeout=timeout) as resp:
+        text = resp.read().decode()
+    quiet = led = terms = 0
+    for line in text.splitlines():
+        if line.startswith("txbroker_raft_quiescent_groups "):
+            quiet = int(float(line.split()[-1]))
+        elif line.startswith("txbroker_raft_is_leader{") and line.endswith(" 1.0"):
+            led += 1
+        elif line.startswith("txbroker_raft_term{"):
+            terms += int(float(line.split()[-1]))
+    return quiet, led, terms
+
+
+def wait_settled(metrics_urls: list[str], timeout: float, step: float = 2.0, still: int = 4) -> tuple[float, list[int]]:
+    """Wait until no node's quiescent groups, led groups or terms change over ``still`` steps in a row (the
+    elections, leader balancing and wake-ups after a topic's creation are over); (seconds waited, quiescent
+    groups per node)."""
+    start = time.monotonic()
+    before = [quiescent_groups(u) for u in metrics_urls]
+    same = 0
+    while time.monotonic() - start < timeout and same < still:
+        time.sleep(step)
+        now = [quiescent_groups(u) for u in metrics_urls]
+        same = same + 1 if now == before and all(q > 0 for q, _, _ in now) else 0
+        before = now
+    return time.monotonic() - start, [q for q, _, _ in before]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--groups", type=int, default=64)
@@ -53,19 +116,22 @@ def main() -> None:
     ap.add_argument("--heartbeat", type=float, default=0.1)
     ap.add_argument("--tick-interval", type=float, default=0.1)
     ap.add_argument("--tick-threads", type=int, default=1)
+    ap.add_argument("--quiesce-after", type=float, default=1.0, help="0: groups never quiesce")
+    ap.add_argument("--ready-timeout", type=float, default=120.0)
     args = ap.parse_args()
     extra = ["__controller"]
     total = args.groups + len(extra)
     with tempfile.TemporaryDirectory(prefix="raft-bench-idle-") as tmp:
         knobs = [
             "--heartbeat", str(args.heartbeat), "--tick-interval", str(args.tick_interval),
-            "--tick-threads", str(args.tick_threads),
+            "--tick-threads", str(args.tick_threads), "--quiesce-after", str(args.quiesce_after),
         ]  # fmt: skip
-        procs, _ = start_cluster(args.groups, extra, tmp, knobs)
+        procs, _ = start_cluster(args.groups, extra, tmp, knobs, start_timeout=args.ready_timeout)
         try:
-            elected = wait_all_leaders(procs, total, 60.0)
+            elected = wait_all_leaders(procs, total, args.ready_timeout)
             print(f"{total} groups x 3 nodes: all leaders ready after {elected:.1f}s")
-            time.sleep(2.0)  # let startup traffic settle
+            settled, quiet = wait_quiescent(procs, args.ready_timeout)
+            print(f"settled after {settled:.1f}s; quiescent replicas per node: {quiet}")
             before = [proc_stat(p.pid)[0] for p in procs]
             t0 = time.monotonic()
             time.sleep(args.seconds)

@@ -33,6 +33,7 @@ from cluster.health import scrape
 from .harness import BenchCluster, fresh_cluster, http_json
 from .measure import host_cpu, pct, proc_stat, sum_samples
 from .produce_load import drive_produce
+from .raft_idle import wait_settled
 
 IDLE_TOPIC = "idle"
 CREATE_TOPIC = "many"
@@ -229,7 +230,8 @@ def idle_once(opts: argparse.Namespace, n: int) -> dict[str, Any]:
         request_topic(cluster, IDLE_TOPIC, n, timeout=opts.create_timeout)
         wait_all_led(cluster, IDLE_TOPIC, n, opts.create_timeout)
         elected = time.monotonic() - t0
-        time.sleep(3.0)  # let the startup traffic settle
+        # Let the startup traffic settle: elections, leader balancing, then groups quiescing.
+        settled, quiescent = wait_settled([cluster.url(i) + "/metrics" for i in cluster.procs], opts.idle_settle_s)
         before = {i: proc_stat(p.pid)[0] for i, p in cluster.procs.items()}
         t0, h0 = time.monotonic(), host_cpu()
         time.sleep(opts.idle_seconds)
@@ -244,6 +246,7 @@ def idle_once(opts: argparse.Namespace, n: int) -> dict[str, Any]:
     worst = max(nodes.values(), key=lambda v: v["cpu_pct"])
     out: dict[str, Any] = {
         "partitions": n, "replicas_per_node": replicas, "all_leaders_after_s": round(elected, 1),
+        "settled_after_s": round(settled, 1), "quiescent_groups_per_node": quiescent,
         "seconds": round(wall, 1), "nodes": nodes,
         "max_node_cpu_pct": worst["cpu_pct"],
         "max_node_rss_mb": max(v["rss_mb"] for v in nodes.values()),

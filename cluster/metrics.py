@@ -117,6 +117,7 @@ class NodeSample:
     unavailable_partitions: dict[str, int]  # topic -> partitions without a known leader (seen here)
     partitions: list[PartitionSample]
     internal: list[GroupRaftSample] = field(default_factory=list)
+    raft_quiescent_groups: int = 0  # Raft group replicas of this node that are quiescent (raft.quiescence)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +214,10 @@ NODE_GAUGES = {
         _Spec("partition_unstable_records", "High watermark minus LSO (hidden from read_committed)", _TP),
         _Spec("partition_log_size_bytes", "Stored batch bytes of the local replica", _TP),
         _Spec("raft_is_leader", "1 if this node leads the partition's Raft group", _TP),
+        _Spec(
+            "raft_quiescent_groups",
+            "Raft group replicas of this node that are quiescent: no per-group heartbeats, kept by node heartbeats",
+        ),
         _Spec("raft_term", "Raft term of the group on this node (topic __controller: the controller)", _TP),
         _Spec("raft_commit_index", "Raft commit index of the group on this node", _TP),
         _Spec("raft_follower_lag_entries", "Max Raft entries a follower is behind (reported by the leader)", _TP),
@@ -337,6 +342,7 @@ def _raft_counter_families(t: Traffic, stalls: int, c: CampaignStats) -> Iterato
 def _node_families(s: NodeSample) -> Iterator[Metric]:
     f = {k: spec.family() for k, spec in NODE_GAUGES.items() if k != "python_threads"}
     f["controller_is_leader"].add_metric([], int(s.controller_is_leader))
+    f["raft_quiescent_groups"].add_metric([], s.raft_quiescent_groups)
     f["cluster_nodes"].add_metric(["up"], s.nodes_up)
     f["cluster_nodes"].add_metric(["down"], s.nodes_down)
     leaders = sum(1 for p in s.partitions if p.is_leader)

@@ -394,6 +394,7 @@ class Node:
             unavailable_partitions=unavailable,
             partitions=parts,
             internal=[*_raft_samples(self.txn.groups), *_raft_samples(self.groups.groups)],
+            raft_quiescent_groups=self.raft.quiescent_groups(),
         )
 
 

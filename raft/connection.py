@@ -351,6 +351,16 @@ class FrameConnection:
         if need_callback and self._on_disconnected is not None:
             self._on_disconnected()
 
+    def note_peer_heard(self, seconds_ago: float) -> None:
+        """The peer's node was heard ``seconds_ago`` on another connection.
+
+        A quiescent group's connections carry nothing for minutes; the node-to-node heartbeat
+        (``raft.liveness``) stands for their traffic, so the silence timeout does not drop them.
+        """
+        heard = monotonic_time() - seconds_ago
+        if heard > self._last_read:
+            self._last_read = heard
+
     def check_deadline(self) -> None:
         """Close the connection if its handshake or its peer's silence lasted too long.
 

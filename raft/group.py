@@ -49,6 +49,8 @@ from raft.errors import (
 from raft.frame_crypto import cluster_key
 from raft.full_snapshot import FullSnapshotBuilder
 from raft.membership_log import MembershipLog
+from raft.quiescence import QuiescenceState, WakeReason
+from raft.quiescent_group import LivenessView, QuiescentGroup
 from raft.quorum_guard import LEADERSHIP_LOST, QuorumGuard
 from raft.settings import GroupStatus, LeadershipEvent, RaftSettings
 from raft.state_machine import NOOP_COMMAND, DurableStateMachine, StateMachine
@@ -62,6 +64,7 @@ _FAIL_NAMES[LEADERSHIP_LOST] = "LEADERSHIP_LOST"
 _STATE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
 EXIT_CORRUPT_SNAPSHOT = 70
 _COMPACTION_WAIT_S = 30.0
+QUIET_FULL_TICK_S = 60.0
 
 
 def _fatal_corrupt_snapshot(group_id: str, path: str, exc: BaseException) -> None:
@@ -90,7 +93,14 @@ def _fatal_corrupt_snapshot(group_id: str, path: str, exc: BaseException) -> Non
 fatal_corrupt_snapshot: Callable[[str, str, BaseException], None] = _fatal_corrupt_snapshot
 
 
-class _GroupSyncObj(MembershipLog, CampaignScheduling, QuorumGuard, patches.CoalescedAppendEntries, SyncObj):  # type: ignore[misc]  # PySyncObj is untyped
+class _GroupSyncObj(
+    MembershipLog,
+    QuiescentGroup,
+    CampaignScheduling,
+    QuorumGuard,
+    patches.CoalescedAppendEntries,
+    SyncObj,  # type: ignore[misc]  # PySyncObj is untyped
+):
     """The SyncObj of one group; its single replicated method applies a command."""
 
     def __init__(self, owner: RaftGroup, *args: Any, **kwargs: Any) -> None:
@@ -104,7 +114,12 @@ class _GroupSyncObj(MembershipLog, CampaignScheduling, QuorumGuard, patches.Coal
         self.txb_preference = owner.members  # campaign order (``raft.campaigns``)
         self.txb_shard = owner._shard
         self.txb_campaign_slots = owner._settings.campaign_slots
+        self.heartbeat_s = owner._settings.heartbeat_s
+        self.liveness_timeout_s = owner._settings.check_quorum_s
+        self.quiesce_after_s = owner._settings.quiesce_after_s
         super().__init__(*args, **kwargs)
+        # Set after construction: no quiescence before the group's first tick.
+        self.txb_liveness = owner._liveness if owner._settings.quiesce_after_s > 0 else None
 
     def _wake_at(self, when: float) -> None:
         # ``when`` is on PySyncObj's clock, the shard's timers on time.monotonic(): pass the delay across. Before,
@@ -138,8 +153,13 @@ class RaftGroup:
         lazy_commit_notify: bool = False,
         compaction_executor: Executor | None = None,
         delay_idle_commit_notify: bool = False,
+        liveness: LivenessView | None = None,
     ) -> None:
         self.group_id = group_id
+        # Node heartbeats (``raft.liveness``); None: the group never quiesces.
+        self._liveness = liveness
+        self._next_slow_tick = 0.0
+        self._next_full_tick = 0.0
         # Followers learn a new commit index from the next heartbeat when nothing else is in flight
         # (``pysyncobj_patches.CoalescedAppendEntries``): for groups written now and then, like coordinators'.
         self.lazy_commit_notify = lazy_commit_notify
@@ -239,8 +259,61 @@ class RaftGroup:
         so = self._so
         if so is None or self._destroyed:
             return
+        now = time.monotonic()
+        # A quiescent replica runs PySyncObj's own tick (journal timers, log compaction by time) only every
+        # QUIET_FULL_TICK_S; its other ticks are the few checks of ``txb_quiet_upkeep``.
+        if now < self._next_full_tick and so.txb_quiet_upkeep():
+            self._schedule_slow_tick(now)
+            return
         so.doTick(0.0)
         self._after_tick(so)
+        shard = self._shard
+        if so.txb_quiescence_state() is QuiescenceState.QUIESCENT:  # a QUIESCING leader re-sends its mark on time
+            if self.group_id not in shard.quiet:
+                shard.set_quiet(self.group_id, True)
+            if now >= self._next_full_tick:
+                self._next_full_tick = now + QUIET_FULL_TICK_S
+            self._schedule_slow_tick(now)
+        elif self.group_id in shard.quiet:
+            shard.set_quiet(self.group_id, False)
+            self._next_slow_tick = self._next_full_tick = 0.0
+
+    def _schedule_slow_tick(self, now: float) -> None:
+        if now >= self._next_slow_tick:
+            self._next_slow_tick = now + self._settings.quiescent_tick_s
+            self._shard.tick_slowly(self.group_id, self._next_slow_tick)
+
+    def quiescence(self) -> QuiescenceState:
+        """This replica's quiescence (any thread; ``raft.quiescence``)."""
+        so = self._so
+        return QuiescenceState.ACTIVE if so is None or self._destroyed else so.txb_quiescence_state()
+
+    def wake(self, reason: WakeReason) -> None:
+        """Make a quiet replica run Raft's heartbeats and election timers again (any thread, asynchronous)."""
+
+        def run() -> None:
+            so = self._so
+            if so is None or self._destroyed or not so.txb_quiet:
+                return
+            so.txb_wake(reason)
+            self._awake()
+
+        self._shard.call(run)
+
+    def peer_lapsed(self, peer: str, restarted: bool) -> None:
+        """Node ``peer`` fell silent or restarted: a quiet replica it matters to wakes (any thread, asynchronous)."""
+
+        def run() -> None:
+            so = self._so
+            if so is not None and not self._destroyed and so.txb_peer_lapsed(peer, restarted):
+                self._awake()
+
+        self._shard.call(run)
+
+    def _awake(self) -> None:
+        self._shard.set_quiet(self.group_id, False)
+        self._next_slow_tick = self._next_full_tick = 0.0
+        self._shard.notify(self.group_id)
 
     def _after_tick(self, so: _GroupSyncObj) -> None:
         term = so.raftCurrentTerm
@@ -439,11 +512,15 @@ class RaftGroup:
                 connected = frozenset(str(n.id) for n in set(patches.connected_nodes(so)))
                 now = patches.syncobj_clock()
                 window = self._settings.check_quorum_s
-                responsive = (
-                    frozenset(str(n.id) for n, t in dict(patches.last_response_times(so)).items() if now - t < window)
-                    if state == 2
-                    else frozenset()
-                )
+                responsive = so.txb_responsive(window)  # a quiet leader: its followers' node heartbeats
+                if responsive is None:
+                    responsive = (
+                        frozenset(
+                            str(n.id) for n, t in dict(patches.last_response_times(so)).items() if now - t < window
+                        )
+                        if state == 2
+                        else frozenset()
+                    )
                 return GroupStatus(
                     state=_STATE_NAMES.get(state, str(state)),
                     leader=self.leader(),

@@ -1,7 +1,8 @@
 """``RaftNode``: all Raft groups of this process, one port, a few ticker threads.
 
 Lifecycle: ``start()`` binds the node's single Raft port and starts the
-listener and ticker threads; ``add_group``/``add_groups``/``remove_group`` create and
+listener and ticker threads, and the node liveness heartbeats (``raft.liveness``,
+on the first shard) that quiescent groups rely on; ``add_group``/``add_groups``/``remove_group`` create and
 destroy groups (on their ticker shard, synchronously); ``stop()`` destroys
 every group (journals flushed and closed), stops the threads and closes the
 port. Groups are assigned to shards by a stable hash (CRC32) of the group id.
@@ -14,6 +15,7 @@ waiting for a shard).
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import pathlib
@@ -29,10 +31,13 @@ from types import MappingProxyType
 
 from raft import pysyncobj_patches as patches
 from raft.errors import RaftError
+from raft.frame_crypto import cluster_key
 from raft.group import RaftGroup
+from raft.liveness import LIVENESS_CHANNEL, NodeLiveness
+from raft.quiescence import QuiescenceState
 from raft.settings import LeadershipEvent, RaftSettings
 from raft.state_machine import StateMachine
-from raft.ticker import TickerShard
+from raft.ticker import ProxyPoller, TickerShard
 from raft.transport import Listener
 
 logger = logging.getLogger(__name__)
@@ -92,6 +97,7 @@ class RaftNode:
         # Store-backed groups' log compactions (an fsync each) run here, never on a ticker (``raft.compaction``).
         self._compaction_pool: ThreadPoolExecutor | None = None
         self._listener: Listener | None = None
+        self.liveness: NodeLiveness | None = None
         self._started = False
         self._stopped = False
         self.rejected_connections = 0
@@ -110,8 +116,49 @@ class RaftNode:
         self._compaction_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raft-compaction")
         for shard in self._shards:
             shard.start()
+        if self.settings.quiesce_after_s > 0:
+            self._start_liveness(self._shards[0])
         self._listener.start()
         self._started = True
+
+    def _start_liveness(self, shard: TickerShard) -> None:
+        s = self.settings
+        liveness = NodeLiveness(
+            self.self_address,
+            cluster_key(s.password),
+            ProxyPoller(shard, LIVENESS_CHANNEL),
+            heartbeat_s=s.heartbeat_s,
+            lapse_s=s.check_quorum_s,
+            connection_timeout_s=s.connection_timeout_s,
+            retry_s=s.connection_retry_s,
+            peers=self._peers,
+            on_lapse=functools.partial(self._peer_lapsed, restarted=False),
+            on_restart=functools.partial(self._peer_lapsed, restarted=True),
+        )
+
+        def install() -> None:
+            shard.groups[LIVENESS_CHANNEL] = liveness
+
+        shard.call(install).result(_CALL_TIMEOUT_S)
+        self.liveness = liveness
+
+    def _peers(self) -> set[str]:
+        """Every voter of every group of this node (the nodes to exchange node heartbeats with)."""
+        peers: set[str] = set()
+        for group in list(self._groups.values()):
+            peers |= group.voters()
+        peers.discard(self.self_address)
+        return peers
+
+    def _peer_lapsed(self, peer: str, *, restarted: bool) -> None:
+        """Tell every quiet group ``peer`` is a voter of that its node lapsed or restarted."""
+        for group in list(self._groups.values()):
+            if group.quiescence() is not QuiescenceState.ACTIVE and peer in group.voters():
+                group.peer_lapsed(peer, restarted)
+
+    def quiescent_groups(self) -> int:
+        """How many groups of this node are quiescent (leader or follower; any thread)."""
+        return sum(1 for g in list(self._groups.values()) if g.quiescence() is QuiescenceState.QUIESCENT)
 
     def stop(self) -> None:
         with self._lock:
@@ -127,6 +174,9 @@ class RaftNode:
             mine = [g for g in groups if g._shard is shard]
 
             def finalize(mine: list[RaftGroup] = mine, shard: TickerShard = shard) -> None:
+                liveness = shard.groups.pop(LIVENESS_CHANNEL, None)
+                if isinstance(liveness, NodeLiveness):
+                    liveness.close()
                 for g in mine:
                     shard.groups.pop(g.group_id, None)
                     try:
@@ -232,6 +282,7 @@ class RaftNode:
                 lazy_commit_notify=spec.lazy_commit_notify,
                 compaction_executor=self._compaction_pool,
                 delay_idle_commit_notify=spec.delay_idle_commit_notify,
+                liveness=self.liveness,
             )
             self._groups[spec.group_id] = group
         return group
@@ -295,7 +346,13 @@ class RaftNode:
         return self._shards[zlib.crc32(group_id.encode("utf-8")) % len(self._shards)]
 
     def _dispatch(self, group_id: str, dialer_nonce: bytes, sock: socket.socket) -> bool:
-        """Listener thread: hand an accepted socket to its group's shard."""
+        """Listener thread: hand an accepted socket to its group's shard (or to the node liveness)."""
+        liveness = self.liveness
+        if group_id == LIVENESS_CHANNEL:
+            if liveness is None:
+                return False
+            self._shards[0].call(functools.partial(liveness.adopt, sock, dialer_nonce))
+            return True
         group = self._groups.get(group_id)
         if group is None:
             return False

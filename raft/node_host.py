@@ -8,6 +8,8 @@ JSON reply per line on stdout, in order. Requests (``op``):
 * ``submit`` group, command (latin-1 text), timeout -> ``{"ok": result}`` or
   ``{"error": class name, "leader": addr}``
 * ``status`` group -> GroupStatus fields
+* ``roles`` -> ``{"ok": {group: [state, term, quiescence]}}`` for every group (quiescence:
+  ``raft.quiescence.QuiescenceState`` name)
 * ``sm`` group, attr -> ``{"ok": getattr(state_machine, attr)()}`` (the attribute's value
   when it is not callable)
 * ``voters`` group -> ``{"ok": [addresses]}``; ``learners`` likewise
@@ -106,6 +108,8 @@ class Host:
             tick_interval_s=args.tick_interval,
             log_compaction_min_entries=args.compaction_min_entries,
             commit_notify_delay_s=args.commit_notify_delay,
+            quiesce_after_s=args.quiesce_after,
+            quiescent_tick_s=args.quiescent_tick,
         )
         self.node = RaftNode(args.addr, pathlib.Path(args.data), settings, loop)
         self.factory = _load_factory(args.sm) if args.sm else ByteCountingStateMachine
@@ -132,6 +136,12 @@ class Host:
                 "leaders": {gid: g.leader() for gid, g in groups.items()},
                 "ready": [gid for gid, g in groups.items() if g.is_leader()],
             }
+        if op == "roles":
+            roles = {}
+            for gid, g in self.node.groups.items():
+                st = g.status()
+                roles[gid] = [st.state, st.term, g.quiescence().name]
+            return {"ok": roles}
         if op == "batch":
             return {"ok": await asyncio.gather(*(self.handle(r) for r in req["requests"]))}
         group = self.node.group(req.get("group", ""))
@@ -251,7 +261,13 @@ class Host:
 class HostProcess:
     """Parent-side handle of a ``raft.node_host`` child process."""
 
-    def __init__(self, args: list[str], stderr_path: str | None = None, module: str = "raft.node_host") -> None:
+    def __init__(
+        self,
+        args: list[str],
+        stderr_path: str | None = None,
+        module: str = "raft.node_host",
+        start_timeout: float = 30.0,
+    ) -> None:
         repo_root = str(pathlib.Path(__file__).resolve().parent.parent)
         self._stderr = open(stderr_path or os.devnull, "ab")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
@@ -264,7 +280,11 @@ class HostProcess:
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
-        started = self._read(30.0)
+        try:
+            started = self._read(start_timeout)
+        except (TimeoutError, EOFError):
+            self.kill()
+            raise
         self.pid = int(started["pid"])
 
     def _pump(self) -> None:
@@ -333,6 +353,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--compaction-min-entries", type=int, default=2000)
     notify_default = RaftSettings.__dataclass_fields__["commit_notify_delay_s"].default
     p.add_argument("--commit-notify-delay", type=float, default=notify_default)
+    quiesce_default = RaftSettings.__dataclass_fields__["quiesce_after_s"].default
+    p.add_argument("--quiesce-after", type=float, default=quiesce_default, help="0: groups never quiesce")
+    quiet_tick_default = RaftSettings.__dataclass_fields__["quiescent_tick_s"].default
+    p.add_argument("--quiescent-tick", type=float, default=quiet_tick_default)
     p.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
     logging.basicConfig(

@@ -54,6 +54,13 @@ class RaftSettings:
     snapshot_max_bytes_per_s: int = 0
     # Campaigns (pre-vote rounds and the elections they allow) a ticker shard runs at once (``raft.campaigns``).
     campaign_slots: int = 64
+    # Quiescent groups (``raft.quiescence``): a leader with nothing to replicate and every follower caught up
+    # for this long stops the group's heartbeats; one heartbeat per pair of nodes (``raft.liveness``) keeps
+    # its followers from campaigning instead. 0: groups never quiesce (and no node heartbeats are sent).
+    quiesce_after_s: float = 1.0
+    # A quiescent group is ticked this often (journal timers, connection upkeep); its socket events and
+    # timers tick it at once, whatever this says.
+    quiescent_tick_s: float = 5.0
 
     def __post_init__(self) -> None:
         if not self.password:
@@ -70,6 +77,8 @@ class RaftSettings:
             raise ValueError("commit_notify_delay_s must be in [0, heartbeat_s]")
         if self.campaign_slots < 1:
             raise ValueError("campaign_slots must be >= 1")
+        if self.quiesce_after_s < 0 or self.quiescent_tick_s <= 0:
+            raise ValueError("quiesce_after_s must be >= 0 (0: never) and quiescent_tick_s > 0")
         if self.snapshot_max_bytes_per_s < 0:
             raise ValueError("snapshot_max_bytes_per_s must be >= 0 (0: unlimited)")
 

@@ -9,6 +9,10 @@ Loop: run control tasks (create/destroy groups, adopt sockets, transfers),
 tick every group when the tick interval has elapsed and otherwise only the
 dirty ones and those whose ``tick_at`` time has come (an idle node does one
 pass per interval, not one per received heartbeat), then one real ``poll``.
+A *quiet* group (``set_quiet``: a quiescent Raft group, ``raft.quiescence``)
+is left out of the full passes: it is ticked on its socket events, its
+``tick_at`` times and its ``tick_slowly`` time, which the full passes check
+without waking the loop for it.
 
 Threading: SyncObj is not thread-safe, so every SyncObj is constructed,
 ticked, fed and destroyed on its shard's thread. ``call()`` is the only way in
@@ -138,6 +142,8 @@ class TickerShard:
         self.dirty: set[str] = set()
         self.groups: dict[str, Tickable] = {}
         self._timers: list[tuple[float, str]] = []  # heap of (monotonic time, group id)
+        self.quiet: set[str] = set()  # groups the full passes leave out
+        self._slow: list[tuple[float, str]] = []  # heap of (monotonic time, group id), checked by full passes
         self._outbox: dict[asyncio.AbstractEventLoop, list[Callable[[], None]]] = {}
         self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         # True while a wake-up byte is in the pipe or about to be: later
@@ -225,6 +231,25 @@ class TickerShard:
         """Tick ``group_id`` at (monotonic) time ``when`` at the latest (shard thread only)."""
         heapq.heappush(self._timers, (when, group_id))
 
+    def set_quiet(self, group_id: str, quiet: bool) -> None:
+        """Leave ``group_id`` out of the full passes, or take it back (shard thread only)."""
+        if quiet:
+            self.quiet.add(group_id)
+        else:
+            self.quiet.discard(group_id)
+
+    def tick_slowly(self, group_id: str, when: float) -> None:
+        """Tick ``group_id`` at the first full pass at or after ``when`` (shard thread only)."""
+        heapq.heappush(self._slow, (when, group_id))
+
+    def _due_slow(self, now: float) -> list[Tickable]:
+        slow, due = self._slow, []
+        while slow and slow[0][0] <= now:
+            group = self.groups.get(heapq.heappop(slow)[1])
+            if group is not None:
+                due.append(group)
+        return due
+
     def _due_timers(self, now: float) -> None:
         timers = self._timers
         while timers and timers[0][0] <= now:
@@ -279,7 +304,12 @@ class TickerShard:
             now = self._clock()
             self._due_timers(now)
             if now >= next_full:
-                targets = list(self.groups.values())
+                quiet = self.quiet
+                if quiet:
+                    targets = [g for gid, g in self.groups.items() if gid not in quiet or gid in self.dirty]
+                    targets += [g for g in self._due_slow(now) if g.group_id in quiet]
+                else:
+                    targets = list(self.groups.values())
                 next_full = now + self.tick_interval
             else:
                 targets = [g for gid in self.dirty if (g := self.groups.get(gid)) is not None]

@@ -144,6 +144,14 @@ class SharedPortTransport(TCPTransport):  # type: ignore[misc]  # PySyncObj is u
             conn.send(message)
         return bool(conn.state == CONNECTION_STATE.CONNECTED)
 
+    def note_peers_alive(self, heard: Callable[[str], float | None]) -> None:
+        """Count each peer's node heartbeat (``heard(address)``, ``time.monotonic``) as traffic of its connection."""
+        now = time.monotonic()
+        for node, conn in self._connections.items():
+            at = heard(str(node.id))
+            if at is not None:
+                conn.note_peer_heard(now - at)
+
     def adopt_incoming(self, sock: socket.socket, peer_nonce: bytes) -> None:
         """Take over an accepted socket whose preamble named this group (ticker thread)."""
         sock.setblocking(False)

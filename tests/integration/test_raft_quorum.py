@@ -29,8 +29,12 @@ def _so(c: Cluster, i: int) -> object:
 
 
 def test_a_follower_past_its_deadline_asks_first_and_nobody_changes_term(tmp_path: pathlib.Path) -> None:
+    # An active group: a quiescent follower that hears its leader's node moves its deadline
+    # back itself (tests/integration/test_raft_quiescence.py) and would ask nobody.
+    settings = RaftSettings(password=PASSWORD, quiesce_after_s=0)
+
     async def scenario() -> None:
-        c = Cluster(tmp_path, [GROUP])
+        c = Cluster(tmp_path, [GROUP], settings=settings)
         try:
             c.start_all()
             leader = (await c.wait_leaders())[GROUP]
