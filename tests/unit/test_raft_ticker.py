@@ -1,12 +1,14 @@
-"""raft/ticker.py: timed ticks (``tick_at``) join the dirty set when due, in time order."""
+"""raft/ticker.py: timed ticks, completions batching, slow steps, the epoll poller and the full passes' groups."""
 
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pysyncobj.poller import POLL_EVENT_TYPE
 
 from raft import ticker
 from raft.ticker import TickerShard
@@ -18,6 +20,7 @@ def shard() -> Iterator[TickerShard]:
     yield s
     os.close(s._wake_r)
     os.close(s._wake_w)
+    s.poller.close()
 
 
 def test_timed_tick_is_due_only_at_its_time(shard: TickerShard) -> None:
@@ -114,3 +117,81 @@ def test_a_slow_tick_is_counted_and_logged_with_its_group(caplog: pytest.LogCapt
     finally:
         os.close(shard._wake_r)
         os.close(shard._wake_w)
+        shard.poller.close()
+
+
+def test_poller_reports_readiness_follows_mask_changes_and_forgets_unsubscribed_descriptors(shard: TickerShard) -> None:
+    poller, seen = shard.poller, []
+    a, b = socket.socketpair()
+    try:
+        fd = a.fileno()
+        poller.subscribe(fd, lambda d, m: seen.append((d, m)), POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.ERROR)
+        poller.poll(0)
+        assert seen == []  # nothing to read, and writability was not asked for
+        b.send(b"x")
+        poller.poll(1.0)
+        assert seen == [(fd, POLL_EVENT_TYPE.READ)]
+        a.recv(1)
+        seen.clear()
+        # Subscribing again changes the mask of the same descriptor (PySyncObj does so to wait for writability).
+        poller.subscribe(fd, lambda d, m: seen.append((d, m)), POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.WRITE)
+        poller.poll(1.0)
+        assert seen == [(fd, POLL_EVENT_TYPE.WRITE)]
+        seen.clear()
+        poller.unsubscribe(fd)
+        b.send(b"y")
+        poller.poll(0)
+        assert seen == []
+    finally:
+        a.close()
+        b.close()
+    poller.unsubscribe(fd)  # closed and unsubscribed already: no error
+    # A descriptor closed while subscribed leaves the epoll set; its number may come back for a new socket.
+    c, d = socket.socketpair()
+    try:
+        poller.subscribe(c.fileno(), lambda d, m: seen.append(("old", m)), POLL_EVENT_TYPE.READ)
+        number = c.fileno()
+        c.close()
+        e, f = socket.socketpair()
+        try:
+            assert number in (e.fileno(), f.fileno())
+            poller.subscribe(number, lambda d, m: seen.append(("new", m)), POLL_EVENT_TYPE.READ)
+            (f if e.fileno() == number else e).send(b"z")
+            poller.poll(1.0)
+            assert seen == [("new", POLL_EVENT_TYPE.READ)]
+        finally:
+            e.close()
+            f.close()
+    finally:
+        d.close()
+
+
+class _Named:
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+
+    def tick(self) -> None:
+        pass
+
+
+def test_full_passes_tick_the_groups_that_are_not_quiet_as_groups_come_go_quiet_and_wake(shard: TickerShard) -> None:
+    def loud() -> list[str]:
+        return sorted(g.group_id for g in shard._loud_groups())
+
+    for gid in ("a", "b", "c"):
+        shard.groups[gid] = _Named(gid)
+    assert loud() == ["a", "b", "c"]
+    shard.set_quiet("b", True)
+    assert loud() == ["a", "c"]
+    shard.groups["d"] = _Named("d")
+    assert loud() == ["a", "c", "d"]
+    shard.groups.pop("a", None)
+    assert loud() == ["c", "d"]
+    shard.groups.pop("a", None)  # gone already
+    shard.groups["a"] = _Named("a")  # same count as before the removal, other groups
+    del shard.groups["c"]
+    assert loud() == ["a", "d"]
+    shard.set_quiet("b", False)
+    assert loud() == ["a", "b", "d"]
+    shard._loud_groups().clear()  # callers get their own list
+    assert loud() == ["a", "b", "d"]
