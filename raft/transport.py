@@ -268,7 +268,7 @@ class Listener:
             timeout = 1.0
             if self._pending:
                 now = time.monotonic()
-                soonest = min(deadline for _, deadline in self._pending.values())
+                soonest = self._oldest_deadline()
                 timeout = max(0.0, min(timeout, soonest - now))
             try:
                 events = self._sel.select(timeout)
@@ -286,9 +286,14 @@ class Listener:
                     assert isinstance(sock, socket.socket)
                     self._read_preamble(sock)
             now = time.monotonic()
-            for sock, (_, deadline) in list(self._pending.items()):
-                if deadline < now:
-                    self._drop(sock, "preamble deadline exceeded")
+            while self._pending and self._oldest_deadline() < now:
+                self._drop(next(iter(self._pending)), "preamble deadline exceeded")
+
+    def _oldest_deadline(self) -> float:
+        # Every deadline is its accept time plus the same delay, and a socket enters ``_pending`` once: the
+        # dict's insertion order is deadline order, so the first entry is the soonest (no scan of thousands
+        # of sockets on each event while a node connects its groups).
+        return next(iter(self._pending.values()))[1]
 
     def _accept(self) -> None:
         while True:

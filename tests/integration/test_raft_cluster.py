@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from raft import NotLeaderError, RaftApplyError, RaftSettings, snapshot
+from raft import NotLeaderError, RaftApplyError, RaftSettings, snapshot, transport
 from raft import pysyncobj_patches as patches
 from raft.connection import ACCEPT_MESSAGE, PREAMBLE_HEADER, Phase, encode_preamble
 from raft.frame_crypto import NONCE_BYTES, FrameCipher, cluster_key, new_nonce
@@ -368,6 +368,39 @@ def test_garbage_and_unknown_group_are_closed_listener_survives(tmp_path: pathli
             t0 = time.monotonic()
             await c.wait_value("a", "k", 5)
             assert time.monotonic() - t0 < 10
+        finally:
+            c.close()
+
+    run(scenario)
+
+
+def test_connections_silent_before_their_preamble_are_closed_at_their_deadline(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(transport, "PREAMBLE_DEADLINE_S", 1.0)
+
+    async def scenario() -> None:
+        c = Cluster(tmp_path, ["a"])
+        try:
+            c.start_all()
+            await c.wait_leaders()
+            host, port = c.addrs[0].split(":")
+            node0 = c.nodes[0]
+            assert node0 is not None
+            before = node0.rejected_connections
+            socks = []
+            try:
+                for _ in range(3):
+                    s = socket.create_connection((host, int(port)), timeout=5)
+                    s.sendall(b"TX")  # part of a preamble, then silence
+                    socks.append(s)
+                for s in socks:
+                    assert _read_until_closed(s, 5.0)  # the deadline is 1 s
+            finally:
+                for s in socks:
+                    s.close()
+            await eventually(lambda: node0.rejected_connections >= before + 3, 5, "counted")
+            assert await c.submit("a", b"add:k:1") is not None
         finally:
             c.close()
 
