@@ -22,6 +22,7 @@ from aiohttp import web
 from clients.protocol import BrokerError, ControlType, ErrorCode
 from coordinator.group_metadata import OFFSETS_TOPIC
 from raft import RaftError, RaftGroup, RaftNode, RaftSettings
+from raft.fd_limit import raise_open_files_limit, replicas_within
 from storage.commands import RevokeResult, TxnMarkerResult
 from storage.store import NodeStore
 
@@ -482,4 +483,6 @@ async def run_node(config: NodeConfig) -> int:
 
 def main_node(config: NodeConfig) -> int:
     setup_logging(config.log_format, config.log_level, config.node_id)
+    limit = raise_open_files_limit()
+    log.info("open-files limit %d: room for about %d Raft group replicas", limit, replicas_within(limit))
     return asyncio.run(run_node(config))

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from raft.errors import NotLeaderError, RaftError
+from raft.fd_limit import raise_open_files_limit
 from raft.group import RaftGroup
 from raft.node import RaftNode
 from raft.settings import RaftSettings
@@ -364,6 +365,7 @@ def main(argv: list[str] | None = None) -> None:
         stream=sys.stderr,
         format="%(asctime)s %(process)d %(threadName)s %(name)s %(levelname)s %(message)s",
     )
+    raise_open_files_limit()
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
