@@ -17,6 +17,7 @@ without a server socket whose connections are ``FrameConnection``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import logging
 import pickle
@@ -45,6 +46,7 @@ from raft.thread_names import name_os_thread
 logger = logging.getLogger(__name__)
 
 PREAMBLE_DEADLINE_S = 5.0
+ACCEPT_PAUSE_S = 0.1  # after accept() ran out of descriptors or memory
 DEADLINE_CHECK_PERIOD_S = 0.5
 
 
@@ -235,6 +237,7 @@ class Listener:
         self._wake_r.setblocking(False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._pending: dict[socket.socket, tuple[bytearray, float]] = {}
+        self._accept_paused_until: float | None = None
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=f"raft-listener-{port}", daemon=True)
 
@@ -266,10 +269,15 @@ class Listener:
         name_os_thread()
         while not self._stopping:
             timeout = 1.0
+            now = time.monotonic()
             if self._pending:
-                now = time.monotonic()
-                soonest = self._oldest_deadline()
-                timeout = max(0.0, min(timeout, soonest - now))
+                timeout = max(0.0, min(timeout, self._oldest_deadline() - now))
+            if self._accept_paused_until is not None:
+                if now >= self._accept_paused_until:
+                    self._accept_paused_until = None
+                    self._sel.register(self._sock, selectors.EVENT_READ, None)
+                else:
+                    timeout = min(timeout, self._accept_paused_until - now)
             try:
                 events = self._sel.select(timeout)
             except OSError:
@@ -303,6 +311,11 @@ class Listener:
                 return
             except OSError as e:
                 logger.warning("raft listener accept failed: %s", e)
+                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # Out of descriptors or memory: the connection stays in the backlog and the socket stays
+                    # readable; stop watching it for a moment rather than spin on accept().
+                    self._sel.unregister(self._sock)
+                    self._accept_paused_until = time.monotonic() + ACCEPT_PAUSE_S
                 return
             sock.setblocking(False)
             self._pending[sock] = (bytearray(), time.monotonic() + PREAMBLE_DEADLINE_S)
