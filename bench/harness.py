@@ -32,7 +32,7 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -295,6 +295,20 @@ class BenchCluster:
         return {}
 
     def create_topic(self, topic: str, partitions: int, rf: int = 3, timeout: float = 60.0) -> dict[int, str]:
+        """Create ``topic`` and wait until every partition has a live leader: partition -> leader URL."""
+        self._post_topic(topic, partitions, rf, timeout)
+        return self._wait_led(topic, partitions, timeout)
+
+    def create_topics(
+        self, topics: Sequence[str], partitions: int, rf: int = 3, timeout: float = 60.0
+    ) -> dict[str, dict[int, str]]:
+        """Create every topic of ``topics``, then wait until each has live leaders (their elections overlap):
+        topic -> partition -> leader URL."""
+        for topic in topics:
+            self._post_topic(topic, partitions, rf, timeout)
+        return {topic: self._wait_led(topic, partitions, timeout) for topic in topics}
+
+    def _post_topic(self, topic: str, partitions: int, rf: int, timeout: float) -> None:
         body = {"name": topic, "partitions": partitions, "replication_factor": rf}
         attempts: list[str] = []
 
@@ -316,13 +330,14 @@ class BenchCluster:
 
         wait_for(created, timeout, f"create topic {topic}", 0.2)
 
+    def _wait_led(self, topic: str, partitions: int, timeout: float) -> dict[int, str]:
         def all_led() -> dict[int, str] | None:
             led = self.leaders(topic)
             live = set(self.live_urls())
             ok = len(led) == partitions and all(u in live for u in led.values())
             return {p: str(u) for p, u in led.items()} if ok else None
 
-        led: dict[int, str] = wait_for(all_led, timeout, f"leaders of {partitions} partitions")
+        led: dict[int, str] = wait_for(all_led, timeout, f"leaders of {partitions} partitions of {topic}")
         return led
 
     def preferred_leaders(self, topic: str, timeout: float = 40.0) -> tuple[dict[int, str], bool]:
