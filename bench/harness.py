@@ -200,10 +200,14 @@ class BenchCluster:
             return False
 
     def start(self, timeout: float = 60.0) -> BenchCluster:
-        for c in self.configs:
-            self.start_node(c.node_id)
+        self.start_nodes()
         self.wait_ready(timeout)
         return self
+
+    def start_nodes(self) -> None:
+        """Start every node, not waiting for them (``wait_ready`` does)."""
+        for c in self.configs:
+            self.start_node(c.node_id)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Every started node ready; on a secure cluster, also knowing the admin (the bootstrap users recorded)."""
@@ -372,9 +376,23 @@ def fresh_cluster(
     prefix: str = "txbroker-bench-", settings: dict[str, Any] | None = None, *, secure: bool = False
 ) -> Iterator[BenchCluster]:
     """A started ``BenchCluster`` in a new temporary directory named ``prefix...``; stopped and removed on exit."""
-    with (
-        tempfile.TemporaryDirectory(prefix=prefix) as tmp,
-        BenchCluster(Path(tmp), settings=settings, secure=secure) as cluster,
-    ):
-        cluster.start()
+    with fresh_clusters([(prefix, secure)], settings) as (cluster,):
         yield cluster
+
+
+@contextlib.contextmanager
+def fresh_clusters(
+    kinds: Sequence[tuple[str, bool]], settings: dict[str, Any] | None = None
+) -> Iterator[tuple[BenchCluster, ...]]:
+    """One started ``BenchCluster`` per ``(prefix, secure)`` of ``kinds``, each as ``fresh_cluster`` makes it; their
+    nodes start together (one wait for all of them to be ready), and all are stopped and removed on exit."""
+    with contextlib.ExitStack() as stack:
+        clusters: list[BenchCluster] = []
+        for prefix, secure in kinds:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix))
+            clusters.append(stack.enter_context(BenchCluster(Path(tmp), settings=settings, secure=secure)))
+        for cluster in clusters:
+            cluster.start_nodes()
+        for cluster in clusters:
+            cluster.wait_ready()
+        yield tuple(clusters)
