@@ -283,11 +283,9 @@ def main(argv: list[str]) -> int:
     runs: dict[str, list[dict[str, Any]]] = {}
     with fresh_cluster("txbroker-bench-client-") as cluster:
         urls = [c.url for c in cluster.configs]
-        for name in ("client", "json1", "jsonb"):
-            cluster.create_topic(name, opts.partitions)
         # The broker's ceiling: `txbroker bench produce`'s raw binary writer (64 KiB idempotent batches,
-        # no per-record work), on a topic of its own, at each requested in-flight depth.
-        cluster.create_topic(TOPIC, opts.partitions)
+        # no per-record work), on a topic of its own (TOPIC), at each requested in-flight depth.
+        cluster.create_topics(("client", "json1", "jsonb", TOPIC), opts.partitions)
         # Every topic led by its preferred replicas (one leader per node, as `bench produce` waits for):
         # otherwise a scenario may start on a topic whose leaders are still piled on one node.
         balanced = {name: cluster.preferred_leaders(name)[1] for name in ("client", "json1", "jsonb", TOPIC)}

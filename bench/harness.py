@@ -32,7 +32,7 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -200,10 +200,14 @@ class BenchCluster:
             return False
 
     def start(self, timeout: float = 60.0) -> BenchCluster:
-        for c in self.configs:
-            self.start_node(c.node_id)
+        self.start_nodes()
         self.wait_ready(timeout)
         return self
+
+    def start_nodes(self) -> None:
+        """Start every node, not waiting for them (``wait_ready`` does)."""
+        for c in self.configs:
+            self.start_node(c.node_id)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Every started node ready; on a secure cluster, also knowing the admin (the bootstrap users recorded)."""
@@ -295,6 +299,20 @@ class BenchCluster:
         return {}
 
     def create_topic(self, topic: str, partitions: int, rf: int = 3, timeout: float = 60.0) -> dict[int, str]:
+        """Create ``topic`` and wait until every partition has a live leader: partition -> leader URL."""
+        self._post_topic(topic, partitions, rf, timeout)
+        return self._wait_led(topic, partitions, timeout)
+
+    def create_topics(
+        self, topics: Sequence[str], partitions: int, rf: int = 3, timeout: float = 60.0
+    ) -> dict[str, dict[int, str]]:
+        """Create every topic of ``topics``, then wait until each has live leaders (their elections overlap):
+        topic -> partition -> leader URL."""
+        for topic in topics:
+            self._post_topic(topic, partitions, rf, timeout)
+        return {topic: self._wait_led(topic, partitions, timeout) for topic in topics}
+
+    def _post_topic(self, topic: str, partitions: int, rf: int, timeout: float) -> None:
         body = {"name": topic, "partitions": partitions, "replication_factor": rf}
         attempts: list[str] = []
 
@@ -316,13 +334,14 @@ class BenchCluster:
 
         wait_for(created, timeout, f"create topic {topic}", 0.2)
 
+    def _wait_led(self, topic: str, partitions: int, timeout: float) -> dict[int, str]:
         def all_led() -> dict[int, str] | None:
             led = self.leaders(topic)
             live = set(self.live_urls())
             ok = len(led) == partitions and all(u in live for u in led.values())
             return {p: str(u) for p, u in led.items()} if ok else None
 
-        led: dict[int, str] = wait_for(all_led, timeout, f"leaders of {partitions} partitions")
+        led: dict[int, str] = wait_for(all_led, timeout, f"leaders of {partitions} partitions of {topic}")
         return led
 
     def preferred_leaders(self, topic: str, timeout: float = 40.0) -> tuple[dict[int, str], bool]:
@@ -357,9 +376,23 @@ def fresh_cluster(
     prefix: str = "txbroker-bench-", settings: dict[str, Any] | None = None, *, secure: bool = False
 ) -> Iterator[BenchCluster]:
     """A started ``BenchCluster`` in a new temporary directory named ``prefix...``; stopped and removed on exit."""
-    with (
-        tempfile.TemporaryDirectory(prefix=prefix) as tmp,
-        BenchCluster(Path(tmp), settings=settings, secure=secure) as cluster,
-    ):
-        cluster.start()
+    with fresh_clusters([(prefix, secure)], settings) as (cluster,):
         yield cluster
+
+
+@contextlib.contextmanager
+def fresh_clusters(
+    kinds: Sequence[tuple[str, bool]], settings: dict[str, Any] | None = None
+) -> Iterator[tuple[BenchCluster, ...]]:
+    """One started ``BenchCluster`` per ``(prefix, secure)`` of ``kinds``, each as ``fresh_cluster`` makes it; their
+    nodes start together (one wait for all of them to be ready), and all are stopped and removed on exit."""
+    with contextlib.ExitStack() as stack:
+        clusters: list[BenchCluster] = []
+        for prefix, secure in kinds:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix))
+            clusters.append(stack.enter_context(BenchCluster(Path(tmp), settings=settings, secure=secure)))
+        for cluster in clusters:
+            cluster.start_nodes()
+        for cluster in clusters:
+            cluster.wait_ready()
+        yield tuple(clusters)

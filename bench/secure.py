@@ -1,7 +1,7 @@
 """What security costs a producer: one plain cluster against one with TLS, HTTP Basic and ACLs, side by side.
 
 ``txbroker bench secure [--rounds N] [--duration S] [--warmup S] [--filler-acls N] [--control] [--json]
-[--profile DIR]``
+[--profile DIR] [--node-setting KEY=VALUE ...]``
 (also ``python -m bench.secure``) starts two 3-node clusters on loopback in
 one run: a plain one, and a secure one set up as ``txbroker cluster init
 --secure`` sets it up (HTTPS with certificates of a fresh CA, HTTP Basic
@@ -25,7 +25,8 @@ makes the second cluster plain too: an A/A run, whose ratio is the noise of
 the machine at the time). ``--json`` prints the result as one JSON object;
 ``--profile DIR`` records py-spy stacks of every node of both clusters during
 the last round (when py-spy is installed next to the interpreter) and adds
-their busiest frames to the result.
+their busiest frames to the result. ``--node-setting`` sets a node config
+setting on every node of both clusters.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from cluster.security.acl import CLUSTER_NAME, AclBinding, Operation, PatternTyp
 
 from .authz import build_acls
 from .clients import paired_ratio, run_client_produce_bench
-from .harness import BenchCluster, fresh_cluster, wait_for
+from .harness import BenchCluster, add_node_setting_argument, fresh_clusters, node_settings_or_exit, wait_for
 from .profiling import start_profile, summarize_profile
 
 __all__ = ["BENCH_USER", "TARGET_RATIO", "filler_acls", "main", "producer_acls"]
@@ -160,11 +161,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="A/A control: the second cluster is plain too (its ratio is the run's noise)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--profile", metavar="DIR", help="py-spy every node of both clusters in the last round")
+    add_node_setting_argument(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    opts = build_parser().parse_args(argv)
+    parser = build_parser()
+    opts = parser.parse_args(argv)
+    settings = node_settings_or_exit(parser, opts)
     out: dict[str, Any] = {
         "command": "txbroker bench secure " + " ".join(argv or []),
         "cpus": os.cpu_count(),
@@ -174,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     runs: dict[str, list[dict[str, Any]]] = {"plain": [], "secure": []}
     second = "txbroker-bench-control-" if opts.control else "txbroker-bench-tls-"
-    with fresh_cluster("txbroker-bench-plain-") as plain, fresh_cluster(second, secure=not opts.control) as sec:
+    with fresh_clusters([("txbroker-bench-plain-", False), (second, not opts.control)], settings) as (plain, sec):
         clusters = {"plain": plain, "secure": sec}
         options: dict[str, dict[str, Any]] = {
             "plain": {},

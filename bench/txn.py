@@ -148,8 +148,7 @@ def run_txn_bench(opts: argparse.Namespace, settings: dict[str, Any] | None = No
     with fresh_cluster("txbroker-bench-txn-", settings) as cluster:
         urls = [c.url for c in cluster.configs]
         topics = (*TOPICS.values(), "bench-aborted-10pct", "bench-visible", "bench-cycle", "bench-chain")
-        for t in topics:
-            cluster.create_topic(t, opts.partitions)
+        cluster.create_topics(topics, opts.partitions)
         # Every topic led by its preferred replicas (one leader per node) before anything is measured: the
         # leader balancer moving a partition mid-window costs that window retries and throughput.
         report["leaders_balanced"] = {t: cluster.preferred_leaders(t)[1] for t in topics}

@@ -44,7 +44,7 @@ from .operations import ClusterOperations
 from .partitions import PartitionService
 from .peers import PeerView
 from .producer_ids import ProducerIdManager
-from .readiness import missing_groups
+from .readiness import NOT_READY_AS_REPORTED, missing_groups
 from .reassignment import ReassignmentDriver
 from .replicas import LocalReplica, ReplicaManager
 from .routed_produce import RoutedProducer
@@ -300,6 +300,18 @@ class Node:
         if not self.controller.leader_known():
             out.insert(0, {"group": CONTROLLER_GROUP, "leader": None, "reason": "no leader"})
         return out
+
+    async def refresh_readiness(self, timeout: float) -> None:
+        """Poll now the peers that lead an internal group replicated here but have not reported it ready (leaders
+        elected since the last periodic poll), waiting at most ``timeout`` seconds for their answers."""
+        kinds: list[InternalGroups[Any]] = [self.txn.groups, self.groups.groups]
+        stale = {
+            m.leader
+            for m in missing_groups(self.config, self.nodes, kinds, self.peer_view)
+            if m.reason == NOT_READY_AS_REPORTED and m.leader is not None
+        }
+        if stale:
+            await self.peer_view.refresh(stale, timeout)
 
     def _balance_candidates(self) -> list[Candidate]:
         """Every data partition this node replicates that is not moving.

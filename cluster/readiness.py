@@ -19,7 +19,10 @@ from .config import NodeConfig
 from .internal_groups import InternalGroups
 from .seams import NodeDirectory, PeerPartitions
 
-__all__ = ["MissingGroup", "missing_groups"]
+__all__ = ["NOT_READY_AS_REPORTED", "MissingGroup", "missing_groups"]
+
+#: The reason of a group led by another node that has not reported it ready (yet): a poll of that node may tell.
+NOT_READY_AS_REPORTED = "leader not ready as last reported"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,5 +56,5 @@ def missing_groups(
             else:
                 reported = peers.remote_partition(part.group_id)
                 if reported is None or reported.get("leader") != node.id or reported.get("ready") is not True:
-                    out.append(MissingGroup(part.group_id, node.id, "leader not ready as last reported"))
+                    out.append(MissingGroup(part.group_id, node.id, NOT_READY_AS_REPORTED))
     return out

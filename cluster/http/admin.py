@@ -21,6 +21,8 @@ from .services import Services
 __all__ = ["AdminRoutes"]
 
 DESCRIBE_CLUSTER = Need(Operation.DESCRIBE, ResourceType.CLUSTER)
+#: How long ``/readyz`` waits for the peers it asks afresh (``Readiness.refresh_readiness``).
+READYZ_REFRESH_S = 0.5
 
 
 class AdminRoutes:
@@ -45,6 +47,9 @@ class AdminRoutes:
     async def readyz(self, request: web.Request) -> web.Response:
         """200 once the node serves requests (``Node.is_ready``), else 503; ``?verbose`` lists what is missing."""
         node = self.s.node
+        # A leader elected since this node last polled it is asked now: not ready only by a view up to one
+        # peer-poll interval old, the node answers 200 about half an interval sooner.
+        await node.refresh_readiness(READYZ_REFRESH_S)
         missing = node.missing_groups()
         checks = {
             "controller_leader_known": self.s.controller.leader_known(),

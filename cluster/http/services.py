@@ -30,6 +30,11 @@ class Readiness(Protocol):
         """The internal groups replicated here without a ready leader (what ``/readyz?verbose`` lists)."""
         ...
 
+    async def refresh_readiness(self, timeout: float) -> None:
+        """Poll now the peers that lead a group replicated here but have not reported it ready, so that
+        ``missing_groups`` does not wait for the next periodic poll (at most ``timeout`` seconds)."""
+        ...
+
     def internal_state_json(self) -> dict[str, Any]:
         """This node's view of its Raft groups, for ``/v1/internal/state`` (peers read it)."""
         ...

@@ -32,8 +32,11 @@ def test_the_filler_acls_neither_allow_nor_deny_the_bench_producer() -> None:
 @pytest.mark.integration
 def test_bench_secure_reports_both_clusters_and_the_paired_ratios(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--rounds", "2", "--duration", "0.6", "--warmup", "0.3", "--filler-acls", "40", "--json"]
+    # The leader balancer hands each partition to its preferred replica at once (not after its 10 s hold).
+    argv += ["--node-setting", "leader_balance_hold_s=0", "--node-setting", "leader_balance_interval_s=0.2"]
     assert main(argv) == 0
     res = json.loads(capsys.readouterr().out)
+    assert res["leaders_balanced"] == {"plain": True, "secure": True}
     for name in ("plain", "secure"):
         r = res[name]
         assert r["records_per_s"] > 0 and r["p99_ms"] > 0 and r["nodes_cpu_us_per_record"] > 0, r

@@ -37,8 +37,12 @@ def cluster(tmp_path: Path) -> Iterator[NamespacedCluster]:
         yield c
 
 
-def _signed(c: NamespacedCluster, via: int, body: object) -> tuple[int, object]:
-    return http("POST", c.url(via) + RELAY, body, headers=node_call(c.configs[0], via, "POST", RELAY, body))
+def _signed(c: NamespacedCluster, via: int, body: object, timeout_ms: int | None = None) -> tuple[int, object]:
+    """A relay call signed as node 1 would; ``timeout_ms``: the caller's timeout (``X-Txbroker-Timeout-Ms``)."""
+    headers = node_call(c.configs[0], via, "POST", RELAY, body)
+    if timeout_ms is not None:
+        headers["X-Txbroker-Timeout-Ms"] = str(timeout_ms)
+    return http("POST", c.url(via) + RELAY, body, headers=headers)
 
 
 def test_the_relay_endpoint_carries_a_call_only_where_the_bridge_reaches(cluster: NamespacedCluster) -> None:
@@ -46,8 +50,11 @@ def test_the_relay_endpoint_carries_a_call_only_where_the_bridge_reaches(cluster
     call = {"node_id": 3, "path": "/v1/internal/groups/list", "body": {}}
     status, res = _signed(cluster, 2, call)
     assert status == 200, res
-    # Node 1 cannot reach node 3 itself: the relay there answers that node 3 is unreachable.
-    status, res = _signed(cluster, 1, {**call, "body": {}})
+    # Node 1 cannot reach node 3 itself: the relay there answers that node 3 is unreachable (within the 2 s
+    # the caller gives it, not the cluster's 10 s request timeout).
+    asked = time.monotonic()
+    status, res = _signed(cluster, 1, {**call, "body": {}}, timeout_ms=2000)
+    assert time.monotonic() - asked < 8, "the relay waited past the caller's timeout"
     assert status >= 500 and res["error_code"] in ("NETWORK_EXCEPTION", "REQUEST_TIMED_OUT"), res  # type: ignore[index]
     # Only nodes may ask, only for internal paths, never for another relay.
     status, res = http("POST", cluster.url(2) + RELAY, call)

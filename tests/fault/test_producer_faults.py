@@ -13,6 +13,7 @@ import base64
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
 
 import pytest
@@ -50,12 +51,20 @@ def lossy_values(n: int) -> list[tuple[bytes, bytes]]:
     return [(str(i % 13).encode(), f"lossy-{i:06d}-".encode() + b"x" * 100) for i in range(n)]
 
 
+@pytest.fixture(scope="module")
+def lossy_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One cluster for both lossy-network runs (no node is stopped; each run has a topic of its own)."""
+    with LocalCluster(tmp_path_factory.mktemp("lossy"), 3) as c:
+        yield c.start()
+
+
 @pytest.mark.parametrize("api", ["sync", "async"])
-def test_lossy_network_10k_records_land_exactly_once_in_send_order(make_cluster, api):
+def test_lossy_network_10k_records_land_exactly_once_in_send_order(lossy_cluster, api):
     # Given a 3-node cluster reachable only through proxies that drop ~10% of responses after
     # forwarding the request (the broker applied it; the client never hears back)
-    c = make_cluster()
-    c.create_topic("lossy", partitions=3)
+    c = lossy_cluster
+    topic = f"lossy-{api}"
+    c.create_topic(topic, partitions=3)
     proxies = [LossyProxy(cfg.http_port, drop_rate=0.1, seed=i).start() for i, cfg in enumerate(c.configs)]
     rewrites = {url: px.url for url, px in zip(c.urls, proxies, strict=True)}
     records = lossy_values(10_000)
@@ -65,7 +74,7 @@ def test_lossy_network_10k_records_land_exactly_once_in_send_order(make_cluster,
         if api == "sync":
             p = Producer([px.url for px in proxies], **config)
             try:
-                futures = [p.send("lossy", value=v, key=k) for k, v in records]
+                futures = [p.send(topic, value=v, key=k) for k, v in records]
                 p.flush(120)
                 results = [f.result(timeout=1) for f in futures]
                 metrics = p.metrics()
@@ -75,7 +84,7 @@ def test_lossy_network_10k_records_land_exactly_once_in_send_order(make_cluster,
 
             async def run() -> tuple[list[RecordMetadata], dict]:
                 async with AsyncProducer([px.url for px in proxies], **config) as ap:
-                    futs = [await ap.send("lossy", value=v, key=k) for k, v in records]
+                    futs = [await ap.send(topic, value=v, key=k) for k, v in records]
                     await ap.flush(120)
                     return [f.result() for f in futs], ap.metrics()
 
@@ -95,7 +104,7 @@ def test_lossy_network_10k_records_land_exactly_once_in_send_order(make_cluster,
     for (k, v), md in zip(records, results, strict=True):
         assert md.partition == partition_for_key(k, 3)
         sent.append((md.partition, v))
-    counts = check_partitions(c, "lossy", 3, sent, acked)
+    counts = check_partitions(c, topic, 3, sent, acked)
     assert sum(counts.values()) == 10_000
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,13 +16,20 @@ from tests.support.cluster import LocalCluster, http, node_call
 pytestmark = pytest.mark.integration
 
 
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One cluster for the module: no test stops a node or changes what another one reads."""
+    with LocalCluster(tmp_path_factory.mktemp("controller-applied"), 3) as c:
+        yield c.start()
+
+
 def applied(c: LocalCluster, node: int, body: Any, *, signed: bool = True, timeout: float = 30.0) -> tuple[int, Any]:
     headers = node_call(c.configs[0], node, "POST", APPLIED_PATH, body) if signed else {}
     return http("POST", c.url(node) + APPLIED_PATH, body, headers=headers, timeout=timeout)
 
 
-def test_every_node_answers_once_it_applied_the_index(make_cluster: Any) -> None:
-    c = make_cluster(3)
+def test_every_node_answers_once_it_applied_the_index(cluster: LocalCluster) -> None:
+    c = cluster
     c.create_topic("barrier", partitions=1, rf=3, via=1)
     # the index some node has applied after the topic exists: every node reaches it
     status, body = applied(c, 1, {"index": 0})
@@ -33,8 +41,8 @@ def test_every_node_answers_once_it_applied_the_index(make_cluster: Any) -> None
         assert status == 200 and body["applied"] >= reached, (node, body)
 
 
-def test_only_nodes_may_ask_and_bad_input_is_rejected(make_cluster: Any) -> None:
-    c = make_cluster(3)
+def test_only_nodes_may_ask_and_bad_input_is_rejected(cluster: LocalCluster) -> None:
+    c = cluster
     status, body = applied(c, 2, {"index": 1}, signed=False)
     assert status == 403 and body["error_code"] == "CLUSTER_AUTHORIZATION_FAILED"
     for bad in ({}, {"index": -1}, {"index": "7"}, {"index": 2**63}, [1]):
@@ -42,8 +50,8 @@ def test_only_nodes_may_ask_and_bad_input_is_rejected(make_cluster: Any) -> None
         assert status == 400 and body["error_code"] == "INVALID_REQUEST", (bad, body)
 
 
-def test_a_future_index_times_out_bounded_and_the_node_keeps_serving(make_cluster: Any) -> None:
-    c = make_cluster(3)
+def test_a_future_index_times_out_bounded_and_the_node_keeps_serving(cluster: LocalCluster) -> None:
+    c = cluster
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         started = time.monotonic()
         waiting = pool.submit(applied, c, 3, {"index": 2**40})

@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -240,25 +241,34 @@ def test_follower_read_opt_in(make_cluster):
     assert after - before >= 1000
 
 
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One cluster for the tests that stop no node (each uses a topic of its own)."""
+    with LocalCluster(tmp_path_factory.mktemp("fetch-leader"), 3, **NO_BALANCER) as c:
+        yield c.start()
+
+
 @pytest.mark.parametrize("value", ["follower", "", "ANY", "any,leader"])
-def test_bad_read_replica_is_invalid_request(make_cluster, value):
-    c = make_cluster(**NO_BALANCER)
-    c.create_topic("t", partitions=1, rf=3)
-    produce(c, "t", [b"x"] * 10)
-    leader = ready_leader(c, "t")
+def test_bad_read_replica_is_invalid_request(shared_cluster, value):
+    c = shared_cluster
+    t = f"bad-{['follower', '', 'ANY', 'any,leader'].index(value)}"
+    c.create_topic(t, partitions=1, rf=3)
+    produce(c, t, [b"x"] * 10)
+    leader = ready_leader(c, t)
     for n in (1, 2, 3):
-        status, body = fetch(c, n, "t", f"offset=0&read_replica={value}")
+        status, body = fetch(c, n, t, f"offset=0&read_replica={value}")
         assert status == 400, body
         assert body["error_code"] == "INVALID_REQUEST"
         assert "read_replica" in body["message"]
     # And nothing else happened: the partition is as it was
-    status, body = fetch(c, leader, "t")
+    status, body = fetch(c, leader, t)
     assert status == 200 and body["high_watermark"] == 10 and len(body["records"]) == 10
 
 
 def test_long_poll_ends_when_leadership_moves(make_cluster):
-    # Given a partition led by a node that is not its preferred replica, with the leader balancer on
-    c = make_cluster(leader_balance_interval_s=0.5)
+    # Given a partition led by a node that is not its preferred replica, with the leader balancer on (handing
+    # leadership back to a preferred replica as soon as it is caught up)
+    c = make_cluster(leader_balance_interval_s=0.5, leader_balance_hold_s=0.5)
     c.create_topic("t", partitions=1, rf=3)
     preferred = c.partition_meta("t", 0, 1)["replicas"][0]
     wait_for(lambda: ready_leader(c, "t") == preferred, 30, "the preferred replica leads")

@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,13 @@ from cluster.config import free_ports, make_cluster_configs, write_configs
 from tests.support.cluster import REPO, LocalCluster, http, samples, wait_for
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One cluster for the tests that stop no node (each uses its own topic and transactional id)."""
+    with LocalCluster(tmp_path_factory.mktemp("metrics"), 3) as c:
+        yield c.start()
 
 
 def total(cluster: LocalCluster, name: str, **labels: str) -> float:
@@ -87,10 +94,8 @@ def _txn_call(cluster: LocalCluster, path: str, body: dict[str, Any]) -> tuple[i
     return result
 
 
-def test_open_transaction_shows_in_open_transactions_and_oldest_age(
-    make_cluster: Callable[..., LocalCluster],
-) -> None:
-    cluster = make_cluster(3)
+def test_open_transaction_shows_in_open_transactions_and_oldest_age(shared_cluster: LocalCluster) -> None:
+    cluster = shared_cluster
     cluster.create_topic("txn-metrics", partitions=1, rf=3)
     status, res = http("GET", cluster.url(1) + "/v1/transactions")
     assert status == 200, res
@@ -139,9 +144,9 @@ def test_open_transaction_shows_in_open_transactions_and_oldest_age(
     assert total(cluster, "txbroker_transaction_duration_seconds_sum", outcome="aborted") >= duration_sum0 + 1.0
 
 
-def test_raft_traffic_counters_carry_every_replicated_byte(make_cluster: Callable[..., LocalCluster]) -> None:
+def test_raft_traffic_counters_carry_every_replicated_byte(shared_cluster: LocalCluster) -> None:
     # Given a 3-node cluster with a replicated partition
-    cluster = make_cluster(3)
+    cluster = shared_cluster
     cluster.create_topic("traffic", partitions=1, rf=3)
     names = ("txbroker_raft_message_bytes_sent_total", "txbroker_raft_messages_sent_total",
              "txbroker_raft_message_bytes_received_total", "txbroker_raft_messages_received_total")  # fmt: skip
@@ -165,8 +170,8 @@ def test_raft_traffic_counters_carry_every_replicated_byte(make_cluster: Callabl
     assert delta[names[1]] >= 2 and delta[names[3]] >= 2, delta
 
 
-def test_internal_groups_report_their_raft_leadership_and_term(make_cluster: Callable[..., LocalCluster]) -> None:
-    cluster = make_cluster(3)
+def test_internal_groups_report_their_raft_leadership_and_term(shared_cluster: LocalCluster) -> None:
+    cluster = shared_cluster
 
     def leaders() -> dict[tuple[str, str], int] | None:
         led: dict[tuple[str, str], int] = {}

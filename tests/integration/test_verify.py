@@ -19,11 +19,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("verify"), 3)
-    try:
+    with LocalCluster(tmp_path_factory.mktemp("verify"), 3) as c:
         yield c.start()
-    finally:
-        c.close()
 
 
 def txbroker(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -41,10 +38,11 @@ def count(text: str, name: str) -> int:
 
 @pytest.fixture(scope="module")
 def recorded(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """One 15 s run against the cluster: its history file and its summary."""
+    """One 8 s run against the cluster: its history file and its summary (on a 2-core machine, about 250
+    committed and 50 aborted transactions and 800 acknowledged sends: well above what the tests ask)."""
     path = tmp_path_factory.mktemp("verify-history") / "history.jsonl"
     bootstrap = ",".join(cluster.urls)
-    res = txbroker("verify", "--bootstrap", bootstrap, "--duration", "15", "--record", str(path), "--seed", "7")
+    res = txbroker("verify", "--bootstrap", bootstrap, "--duration", "8", "--record", str(path), "--seed", "7")
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"history: {path}" in res.stderr
     return path, res.stdout

@@ -273,6 +273,14 @@ class LocalCluster:
             p.send_signal(signal.SIGTERM)
         return p.wait(timeout)
 
+    def __enter__(self) -> LocalCluster:
+        """``with LocalCluster(...) as c: yield c.start()``: every node is stopped when the block ends, also when
+        the start failed."""
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         for p in self.procs.values():
             if p.poll() is None:

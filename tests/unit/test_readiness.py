@@ -1,11 +1,15 @@
-"""``cluster.readiness.missing_groups``: which local internal groups lack a ready leader (fakes, no Raft)."""
+"""``cluster.readiness.missing_groups``: which local internal groups lack a ready leader, and ``/readyz`` asking the
+leaders it waits on afresh (fakes, no Raft)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from types import SimpleNamespace
 from typing import Any
 
-from cluster.readiness import missing_groups
+from cluster.http.admin import READYZ_REFRESH_S, AdminRoutes
+from cluster.readiness import NOT_READY_AS_REPORTED, missing_groups
 
 NODES = {f"127.0.0.1:{7000 + i}": SimpleNamespace(id=i) for i in (1, 2, 3)}
 CONFIG = SimpleNamespace(node_id=1, node_by_raft_address=NODES.get)
@@ -68,3 +72,37 @@ def test_each_way_of_lacking_a_ready_leader_is_listed_in_order():
     ]
     assert got[0]["reason"].startswith("leader loading")
     assert got[3]["reason"] == "no leader"
+
+
+class StaleView:
+    """A node whose only missing group is led by node 2, not ready as last reported until node 2 is asked again."""
+
+    def __init__(self) -> None:
+        self.refreshed: list[float] = []
+        self.draining = False
+
+    def missing_groups(self) -> list[dict[str, Any]]:
+        if self.refreshed:
+            return []
+        return [{"group": "__transaction_state-1", "leader": 2, "reason": NOT_READY_AS_REPORTED}]
+
+    def is_ready(self) -> bool:
+        return not self.missing_groups()
+
+    async def refresh_readiness(self, timeout: float) -> None:
+        self.refreshed.append(timeout)
+
+
+def test_readyz_asks_the_peers_afresh_before_answering():
+    node = StaleView()
+    services = SimpleNamespace(node=node, controller=SimpleNamespace(leader_known=lambda: True))
+    request = SimpleNamespace(query={"verbose": ""})
+    resp = asyncio.run(AdminRoutes(services).readyz(request))  # type: ignore[arg-type]
+    # The leader reported ready when asked: the answer is 200 now, not after the next periodic poll.
+    assert node.refreshed == [READYZ_REFRESH_S]
+    assert resp.status == 200, resp.text
+    assert json.loads(resp.text) == {
+        "status": "ready",
+        "checks": {"controller_leader_known": True, "internal_groups_led": True, "draining": False},
+        "missing_groups": [],
+    }
