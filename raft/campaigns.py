@@ -24,7 +24,11 @@ sends thousands of pre-vote and vote rounds in the same few ticks.
   no free slot waits in line and is woken, in order, when one frees up.
 
 Rank and slots only ever delay a campaign; never does a replica campaign
-sooner than Raft's own election timer allows. The pure rules here run on
+sooner than Raft's own election timer allows, with one exception: a new
+group's preferred replica (term 0, no leader ever) campaigns as soon as every
+peer's replica answers, as CockroachDB's first replica of a new range does.
+There is no leader to disturb, and a topic's partitions get their leaders
+about an election timeout sooner. Raft's safety never rests on timers. The pure rules here run on
 explicit times; ``CampaignScheduling`` (a SyncObj mixin) applies them.
 """
 
@@ -236,11 +240,14 @@ class CampaignScheduling:
     _txb_slot_contact: float | None = None
     _txb_leader_contact: float | None = None
     _txb_born: float | None = None
+    _txb_opened = False
 
     def _onTick(self, timeToWait: float = 0.0) -> None:  # PySyncObj's names
         leader = patches.raft_leader_node(self)
         if leader is not None and leader is not patches.self_node(self):
             self._txb_last_leader = str(leader.id)
+        if not self._txb_opened:
+            self._txb_open_new_group(leader)
         super()._onTick(timeToWait)  # type: ignore[misc]  # SyncObj provides it
         if self.txb_shard is None:
             return
@@ -257,6 +264,20 @@ class CampaignScheduling:
         ):
             self._txb_slot_contact = None  # it leads, follows a leader, or its pre-vote failed: the slot is free
             slots.release(self.txb_name, now)
+
+    def _txb_open_new_group(self, leader: Any) -> None:
+        """A new group's preferred replica campaigns as soon as every peer's replica answers, not a timer later."""
+        if leader is not None or int(self.raftCurrentTerm) != 0:  # type: ignore[attr-defined]  # SyncObj's
+            self._txb_opened = True  # it has had a leader or an election: Raft's timers from here on
+            return
+        others = patches.other_nodes(self)
+        if len(patches.connected_nodes(self)) < len(others):
+            return  # not every peer's replica exists yet (``new_group_may_campaign``)
+        self._txb_opened = True
+        me = str(patches.self_node(self).id)
+        voters = self.txb_voters  # type: ignore[attr-defined]  # MembershipLog provides it
+        if others and successor_rank(self.txb_preference, voters, None, me) == 0:
+            patches.set_election_deadline(self, 0.0)
 
     def _txb_campaign_hold(self, now: float) -> float:
         """Seconds to wait before this campaign (0: start it now)."""

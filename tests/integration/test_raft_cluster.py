@@ -492,3 +492,35 @@ def test_dialer_gives_up_on_a_silent_acceptor() -> None:
         assert "handshake" in f.rejected[0]
     finally:
         f.close()
+
+
+def test_a_new_groups_preferred_replica_campaigns_without_waiting_out_an_election_timeout(
+    tmp_path: pathlib.Path,
+) -> None:
+    # Election timeouts of 6-7 s: a group that waited for one would have no leader for 6 s.
+    settings = RaftSettings(
+        password=PASSWORD,
+        election_timeout_min_s=6.0,
+        election_timeout_max_s=7.0,
+        check_quorum_s=3.0,
+        leader_fallback_s=3.0,
+    )
+
+    async def scenario() -> None:
+        c = Cluster(tmp_path, ["a", "b", "c"], settings=settings)
+        try:
+            t0 = time.monotonic()
+            c.start_all()
+            leaders = await c.wait_leaders(timeout=20)
+            took = time.monotonic() - t0
+            assert took < 4.0, f"leaders after {took:.1f} s"
+            assert set(leaders.values()) == {0}  # the head of every group's replica list
+            node = c.nodes[0]
+            assert node is not None
+            for gid in c.group_ids:
+                group = node.group(gid)
+                assert group is not None and group.term() == 1  # one election, no split vote
+        finally:
+            c.close()
+
+    run(scenario)

@@ -157,6 +157,8 @@ def test_group_moves_one_voter_at_a_time(procs: Callable[[int], Procs]) -> None:
     # Restart from the logs with stale constructor members: the new configuration stands, and the
     # removed node's vote counts for nothing (with the old configuration, f1 + f2 would elect a leader).
     new_set = {a[leader], a[f2], a[3]}
+    # The removal is committed on a majority; f2 may not have it yet, and its log is what the restart reads.
+    wait(lambda: p.voters(f2) == new_set, 10, "f2's log has the configuration without node 4")
     p.procs.pop(f2).kill()
     p.procs.pop(3).kill()
     p.stop(leader)
