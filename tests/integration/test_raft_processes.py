@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import pathlib
-import time
 from collections import Counter
 
 import pytest
 
 from raft.node_host import HostProcess
 from tests.raft_support.cluster import PASSWORD, free_port
+from tests.raft_support.hosts import ready_leaders, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -26,23 +26,6 @@ def _start(i: int, addrs: list[str], tmp: pathlib.Path) -> HostProcess:
     return HostProcess(args, stderr_path=str(tmp / f"n{i}.log"))
 
 
-def _ready_leaders(procs: dict[int, HostProcess]) -> dict[str, int]:
-    owners: dict[str, list[int]] = {}
-    for i, p in procs.items():
-        for g in p.request({"op": "leaders"})["ready"]:
-            owners.setdefault(g, []).append(i)
-    return {g: v[0] for g, v in owners.items() if len(v) == 1}
-
-
-def _wait(cond, timeout: float, what: str) -> float:  # type: ignore[no-untyped-def]
-    start = time.monotonic()
-    while not cond():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-    return time.monotonic() - start
-
-
 def test_sigkill_leader_process_fails_over_and_restart_catches_up(tmp_path: pathlib.Path) -> None:
     addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
     procs: dict[int, HostProcess] = {}
@@ -50,8 +33,8 @@ def test_sigkill_leader_process_fails_over_and_restart_catches_up(tmp_path: path
         for i in range(3):
             procs[i] = _start(i, addrs, tmp_path)
         groups = [f"g{i}" for i in range(N_GROUPS)]
-        _wait(lambda: len(_ready_leaders(procs)) == N_GROUPS, 15, "leaders in all groups")
-        leaders = _ready_leaders(procs)
+        wait_until(lambda: len(ready_leaders(procs)) == N_GROUPS, 15, "leaders in all groups")
+        leaders = ready_leaders(procs)
         for g in groups:
             for n in range(1, 6):
                 reply = procs[leaders[g]].request({"op": "submit", "group": g, "command": "add:k:1", "timeout": 5})
@@ -62,8 +45,8 @@ def test_sigkill_leader_process_fails_over_and_restart_catches_up(tmp_path: path
         # Every group elects a new ready leader. The 3 s failover target is asserted for the
         # broker (tests/fault/test_failover.py) and measured by `txbroker bench failover`; here the
         # bound only has to tell "fails over" from "stuck" on a loaded 2-core CI machine.
-        _wait(lambda: len(_ready_leaders(procs)) == N_GROUPS, 10.0, "failover")
-        leaders = _ready_leaders(procs)
+        wait_until(lambda: len(ready_leaders(procs)) == N_GROUPS, 10.0, "failover")
+        leaders = ready_leaders(procs)
         assert victim not in leaders.values()
         for g in groups:
             for i in procs:
@@ -81,7 +64,7 @@ def test_sigkill_leader_process_fails_over_and_restart_catches_up(tmp_path: path
                     return False
             return True
 
-        _wait(caught_up, 15, "restarted node caught up")
+        wait_until(caught_up, 15, "restarted node caught up")
         assert os.path.exists(tmp_path / f"n{victim}")
     finally:
         for p in procs.values():

@@ -30,6 +30,7 @@ from raft import RaftSettings
 from raft.node_host import HostProcess
 from raft.quiescence import QuiescenceState
 from tests.raft_support.cluster import PASSWORD, Cluster, eventually, free_port, run
+from tests.raft_support.hosts import ready_leaders, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -113,23 +114,6 @@ def _roles(procs: dict[int, HostProcess]) -> dict[int, dict[str, list[Any]]]:
     return {i: p.request({"op": "roles"})["ok"] for i, p in procs.items()}
 
 
-def _ready_leaders(procs: dict[int, HostProcess]) -> dict[str, int]:
-    owners: dict[str, list[int]] = {}
-    for i, p in procs.items():
-        for g in p.request({"op": "leaders"})["ready"]:
-            owners.setdefault(g, []).append(i)
-    return {g: v[0] for g, v in owners.items() if len(v) == 1}
-
-
-def _wait(cond, timeout: float, what: str) -> float:  # type: ignore[no-untyped-def]
-    start = time.monotonic()
-    while not cond():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-    return time.monotonic() - start
-
-
 def _quiescent_everywhere(procs: dict[int, HostProcess]) -> bool:
     return all(r[2] == "QUIESCENT" for roles in _roles(procs).values() for r in roles.values())
 
@@ -150,28 +134,28 @@ def cluster(tmp_path: pathlib.Path) -> Any:
 def test_killing_the_node_leading_quiescent_groups_elects_new_leaders(cluster: dict[int, HostProcess]) -> None:
     procs = cluster
     groups = [f"g{i}" for i in range(N_GROUPS)]
-    _wait(lambda: len(_ready_leaders(procs)) == N_GROUPS, 30, "a leader in every group")
-    _wait(lambda: _quiescent_everywhere(procs), 20, "every replica quiescent")
-    leaders = _ready_leaders(procs)
+    wait_until(lambda: len(ready_leaders(procs)) == N_GROUPS, 30, "a leader in every group")
+    wait_until(lambda: _quiescent_everywhere(procs), 20, "every replica quiescent")
+    leaders = ready_leaders(procs)
     victim = Counter(leaders.values()).most_common(1)[0][0]
     led = [g for g, i in leaders.items() if i == victim]
     # When: the node leading them dies without a word.
     procs.pop(victim).kill()
     # Then: each of its quiescent groups gets a new leader among the survivors, within a few election timeouts.
-    took = _wait(
-        lambda: all(_ready_leaders(procs).get(g) in procs for g in led), 15, "new leaders of the dead node's groups"
+    took = wait_until(
+        lambda: all(ready_leaders(procs).get(g) in procs for g in led), 15, "new leaders of the dead node's groups"
     )
     assert took < 10, took
     for g in groups:
-        reply = procs[_ready_leaders(procs)[g]].request({"op": "submit", "group": g, "command": "add:k:1"})
+        reply = procs[ready_leaders(procs)[g]].request({"op": "submit", "group": g, "command": "add:k:1"})
         assert "ok" in reply, reply
 
 
 def test_a_cut_off_follower_of_a_quiescent_group_never_makes_a_second_leader(cluster: dict[int, HostProcess]) -> None:
     procs = cluster
-    _wait(lambda: len(_ready_leaders(procs)) == N_GROUPS, 30, "a leader in every group")
-    _wait(lambda: _quiescent_everywhere(procs), 20, "every replica quiescent")
-    leaders = _ready_leaders(procs)
+    wait_until(lambda: len(ready_leaders(procs)) == N_GROUPS, 30, "a leader in every group")
+    wait_until(lambda: _quiescent_everywhere(procs), 20, "every replica quiescent")
+    leaders = ready_leaders(procs)
     terms_before = _roles(procs)
     # A node that leads nothing (or the least): a follower in (nearly) every group.
     counts = Counter(leaders.values())
@@ -197,12 +181,12 @@ def test_a_cut_off_follower_of_a_quiescent_group_never_makes_a_second_leader(clu
         time.sleep(0.05)
     # Then: never two leaders of one group in one term, and the groups it did not lead kept leader and term.
     assert all(len(nodes) == 1 for nodes in seen.values()), seen
-    after, terms_after = _ready_leaders(procs), _roles(procs)
+    after, terms_after = ready_leaders(procs), _roles(procs)
     for g, i in leaders.items():
         if i != follower:
             assert after.get(g) == i, (g, i, after.get(g))
             assert all(terms_after[n][g][1] == terms_before[n][g][1] for n in others), g
     # And every group takes writes through its one leader.
-    for g, i in _ready_leaders(procs).items():
+    for g, i in ready_leaders(procs).items():
         reply = procs[i].request({"op": "submit", "group": g, "command": "add:k:1"})
         assert "ok" in reply, reply
