@@ -293,7 +293,9 @@ def test_long_poll_ends_when_leadership_moves(make_cluster):
     status, body = result["answer"]
     assert status == 421, body
     assert body["error_code"] == "NOT_LEADER_OR_FOLLOWER"
-    assert body["leader_url"] == c.url(preferred)
+    # It names the new leader once this node has heard from it; a node that has not within the answer's hint
+    # wait (a loaded host) names none, as the contract allows (null), and never a wrong one.
+    assert body["leader_url"] in (c.url(preferred), None), body
     assert result["ended"] - moved < 3.0
 
 
