@@ -42,7 +42,7 @@ def test_failover_with_partitions_times_each_partition_the_dead_node_led(capsys:
 
 
 def test_idle_measures_each_size_on_a_fresh_cluster_and_the_slope(capsys: pytest.CaptureFixture[str]) -> None:
-    res = _run(["idle", "--idle-partitions", "3,9", "--idle-seconds", "1"], capsys)
+    res = _run(["idle", "--idle-partitions", "3,9", "--idle-seconds", "1", "--idle-settle-s", "2"], capsys)
     sizes = res["sizes"]
     assert isinstance(sizes, list) and [s["partitions"] for s in sizes] == [3, 9]
     for s in sizes:
