@@ -102,9 +102,8 @@ class ProxyPoller:
 class _SafePoller:
     """PySyncObj's poller interface on epoll; a callback that raises cannot abort the others.
 
-    epoll costs the kernel a visit per ready descriptor, not per subscribed one: a shard
-    holds two connections per group (thousands of mostly silent sockets), and ``poll(2)``
-    over all of them made the kernel's walk the larger part of an idle node's CPU.
+    epoll costs the kernel a visit per ready descriptor, not per subscribed one, whatever
+    the number of mostly silent sockets a shard holds.
     """
 
     def __init__(self) -> None:
