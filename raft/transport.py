@@ -3,7 +3,9 @@
 ``LinkTransport`` (one per group) is PySyncObj's transport of a group, a thin view of the
 node links of its ticker shard (``raft.links``): ``send`` queues the pickled message on the
 link to that node (sent with everything else of the pass in one frame), a peer is connected
-while its link is up, and connect/disconnect callbacks follow the link. Messages arrive
+while its link is up and its replica of the group is known to exist (it sent something, at
+the least the ``HERE`` every replica sends when the link comes up or the group is created),
+and connect/disconnect callbacks follow the link. Messages arrive
 through ``deliver``, only from members (voters and learners) of the group.
 
 ``Listener`` (one per node, own thread) accepts, reads the preamble (``raft.connection``:
@@ -41,6 +43,10 @@ from raft.thread_names import name_os_thread
 logger = logging.getLogger(__name__)
 
 PREAMBLE_DEADLINE_S = 5.0
+# A group's first message to a peer's replica on a link that came up: "my replica exists" (answered once,
+# ``ack``). A peer counts as connected for the group once its replica answered (or sent anything): a
+# new group waits for its peers' replicas before it campaigns (``raft.campaigns``).
+HERE = "txb_here"
 
 
 def essential(message: Any) -> bool:
@@ -73,7 +79,8 @@ class LinkTransport(Transport):  # type: ignore[misc]  # PySyncObj is untyped
         self._links = links
         self._nodes: set[Any] = set()
         self._nodeAddrToNode: dict[str, Any] = {}
-        self._connected: set[Any] = set()
+        self._linked: set[Any] = set()  # link up, our HERE sent on it
+        self._connected: set[Any] = set()  # ... and the peer's replica is known to exist
         self._last_pickled: tuple[dict[str, Any], bytes] | None = None
         self._destroyed = False
         syncObj.addOnTickCallback(self._onTick)
@@ -90,6 +97,7 @@ class LinkTransport(Transport):  # type: ignore[misc]  # PySyncObj is untyped
         self._links.want(node.address)
 
     def dropNode(self, node: Any) -> None:
+        self._linked.discard(node)
         if node in self._connected:
             self._connected.discard(node)
             self._onNodeDisconnected(node)
@@ -120,6 +128,7 @@ class LinkTransport(Transport):  # type: ignore[misc]  # PySyncObj is untyped
         self.setOnNodeConnectedCallback(None)
         self.setOnNodeDisconnectedCallback(None)
         self._links.unregister(self._group_id, self)
+        self._linked.clear()
         self._connected.clear()
 
     # --- the links' side (shard thread) ----------------------------------------------------
@@ -129,13 +138,16 @@ class LinkTransport(Transport):  # type: ignore[misc]  # PySyncObj is untyped
 
     def link_up(self, address: str) -> None:
         node = self._nodeAddrToNode.get(address)
-        if node is not None and node not in self._connected and not self._destroyed:
-            self._connected.add(node)
-            self._onNodeConnected(node)
+        if node is not None and node not in self._linked and not self._destroyed:
+            self._linked.add(node)
+            self._send_here(node, ack=False)
 
     def link_down(self, address: str) -> None:
         node = self._nodeAddrToNode.get(address)
-        if node is not None and node in self._connected:
+        if node is None:
+            return
+        self._linked.discard(node)
+        if node in self._connected:
             self._connected.discard(node)
             self._onNodeDisconnected(node)
 
@@ -143,15 +155,34 @@ class LinkTransport(Transport):  # type: ignore[misc]  # PySyncObj is untyped
         node = self._nodeAddrToNode.get(address)
         if node is None or self._destroyed:
             return False
-        self._onMessageReceived(node, pickle.loads(payload))
+        message = pickle.loads(payload)
+        if node not in self._connected:
+            self._present(node)
+        if isinstance(message, dict) and message.get("type") == HERE:
+            if not message.get("ack"):
+                self._send_here(node, ack=True)
+            return True
+        self._onMessageReceived(node, message)
         return True
+
+    def _send_here(self, node: Any, *, ack: bool) -> None:
+        data = pickle.dumps({"type": HERE, "ack": ack}, PICKLE_PROTOCOL)
+        self._links.queue(node.address, self._channel, data)
+
+    def _present(self, node: Any) -> None:
+        """The peer's replica exists (it sent us something): connected, if the link is up."""
+        if node not in self._linked:
+            self.link_up(node.address)
+        if node in self._linked and node not in self._connected:
+            self._connected.add(node)
+            self._onNodeConnected(node)
 
     def _onTick(self) -> None:
         # Nodes whose link came up before this group existed (or before their addNode).
-        if len(self._connected) == len(self._nodes):
+        if len(self._linked) == len(self._nodes):
             return
         for node in self._nodes:
-            if node not in self._connected and self._links.is_up(node.address):
+            if node not in self._linked and self._links.is_up(node.address):
                 self.link_up(node.address)
 
     def _onMessageReceived(self, node: Any, message: Any) -> None:

@@ -21,7 +21,7 @@ from pysyncobj.poller import POLL_EVENT_TYPE
 from raft import link_frames
 from raft.frame_crypto import NONCE_BYTES, FrameCipher, cluster_key, new_nonce
 from raft.links import ALIVE, HELLO, LINK_CHANNEL, NodeLinks, channel_for, shard_of_channel
-from raft.transport import LinkTransport, essential
+from raft.transport import HERE, LinkTransport, essential
 
 SECRET = "unit-test-secret"
 SELF = "127.0.0.1:7001"
@@ -211,22 +211,41 @@ class Dialer:
     def hello(self, address: str = PEER) -> None:
         self.feed(self.seal([(b"", (HELLO, address, "incarnation-1"))]))
 
+    def here(self, groups: list[str], ack: bool = False) -> None:
+        """The peer's replicas of ``groups`` say they exist."""
+        self.feed(self.seal([(g.encode(), {"type": HERE, "ack": ack}) for g in groups]))
+
 
 # --- links ---------------------------------------------------------------------------------
 
 
-def test_a_link_comes_up_on_the_peers_hello_and_connects_every_group_of_it() -> None:
+def test_a_group_connects_once_the_link_is_up_and_the_peers_replica_answered() -> None:
     links, _ = make_links()
     groups = [make_group(links, f"g{i}", [PEER]) for i in range(5)]
-    _other, other_so = make_group(links, "other", [STRANGER])
+    _, other_so = make_group(links, "other", [STRANGER])
     d = Dialer(links)
-    assert not any(so.connected for _, so in groups)
     d.hello()
     assert links.is_up(PEER)
-    assert all(so.connected == [PEER] for _, so in groups)
-    assert not other_so.connected
-    (hello,) = d.frames()
+    links.flush()
+    hello, heres = d.frames()
     assert pickle.loads(hello[0][1])[:2] == (HELLO, SELF)
+    # Every group of the peer says "here" on the link, in one frame.
+    assert [(c, pickle.loads(p)) for c, p in heres] == [(f"g{i}", {"type": HERE, "ack": False}) for i in range(5)]
+    assert not any(so.connected for _, so in groups)  # the peer's replicas may not exist yet
+    d.here(["g0", "g1"], ack=True)
+    d.here(["g2"])
+    assert [so.connected for _, so in groups] == [[PEER], [PEER], [PEER], [], []]
+    links.flush()
+    (answers,) = d.frames()
+    assert [(c, pickle.loads(p)) for c, p in answers] == [("g2", {"type": HERE, "ack": True})]
+    assert not other_so.connected
+    # A group created while the link is up says "here" at its first tick.
+    _, late_so = make_group(links, "late", [PEER])
+    links.flush()
+    (late_here,) = d.frames()
+    assert [c for c, _ in late_here] == ["late"]
+    d.feed(d.seal([(b"late", {"type": "request_vote", "term": 1})]))  # any message: the replica exists
+    assert late_so.connected == [PEER] and late_so.received == [(PEER, {"type": "request_vote", "term": 1})]
 
 
 def test_one_frame_per_pass_carries_every_groups_messages() -> None:
@@ -234,14 +253,18 @@ def test_one_frame_per_pass_carries_every_groups_messages() -> None:
     groups = [make_group(links, f"g{i}", [PEER]) for i in range(50)]
     d = Dialer(links)
     d.hello()
+    d.here([f"g{i}" for i in range(50)], ack=True)
+    links.flush()
     d.frames()
+    frames_before, messages_before = links.stats.frames_sent, links.stats.messages_sent
     for t, _ in groups:
         assert t.send(Node(PEER), {"type": "append_entries", "term": 1, "entries": []})
     assert d.frames() == []  # nothing leaves before the end of the pass
     links.flush()
     (frame,) = d.frames()
     assert [c for c, _ in frame] == [f"g{i}" for i in range(50)]
-    assert links.stats.frames_sent >= 2 and links.stats.messages_sent == 50
+    assert links.stats.frames_sent == frames_before + 1
+    assert links.stats.messages_sent == messages_before + 50
 
 
 def test_messages_reach_only_groups_the_sender_is_a_member_of() -> None:
@@ -275,6 +298,8 @@ def test_a_full_link_drops_heartbeats_but_keeps_chunked_transfers() -> None:
     t, _ = make_group(links, "g", [PEER])
     d = Dialer(links)
     d.hello()
+    d.here(["g"], ack=True)
+    links.flush()
     d.frames()
     heartbeat = {"type": "append_entries", "term": 1, "entries": []}
     assert t.send(Node(PEER), {"type": "append_entries", "transmission": "start", "data": b"z" * 2000})
