@@ -43,6 +43,7 @@ import os
 import pickle
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -84,10 +85,6 @@ def should_dial(self_address: str, peer: str) -> bool:
 
 class Endpoint(Protocol):
     """A group's side of the links (``raft.transport.LinkTransport``)."""
-
-    def addresses(self) -> set[str]:
-        """The peer nodes this replica exchanges messages with (voters and learners)."""
-        ...
 
     def link_up(self, address: str) -> None: ...
 
@@ -182,6 +179,7 @@ class NodeLinks:
         self._links: dict[str, _Link] = {}
         self._pending: list[_Link] = []  # links with a non-empty outbox
         self._endpoints: dict[str, Endpoint] = {}
+        self._wanted: Counter[str] = Counter()  # peer address -> members of this shard's groups naming it
         self._heard: dict[str, float] = {}
         self._incarnations: dict[str, str] = {}
         self._lapsed: set[str] = set()
@@ -216,20 +214,26 @@ class NodeLinks:
 
     def register(self, group_id: str, endpoint: Endpoint) -> None:
         self._endpoints[group_id] = endpoint
-        for address in endpoint.addresses():
-            self.want(address)
 
     def unregister(self, group_id: str, endpoint: Endpoint) -> None:
         if self._endpoints.get(group_id) is endpoint:
             del self._endpoints[group_id]
 
     def want(self, address: str) -> None:
-        """Keep a link to ``address`` (a member of a group of this shard)."""
+        """Keep a link to ``address`` (a member of a group of this shard) until as many ``unwant``."""
+        self._wanted[address] += 1
         if address != self.self_address and address not in self._peers:
             self._peers.add(address)
             self._links.setdefault(address, _Link())
             if self._mark_dirty is not None:
                 self._mark_dirty(self.group_id)  # dial at the next pass, not at the next refresh
+
+    def unwant(self, address: str) -> None:
+        count = self._wanted[address] - 1
+        if count > 0:
+            self._wanted[address] = count
+        else:
+            self._wanted.pop(address, None)
 
     def queue(self, address: str, channel: bytes, payload: bytes, essential: bool = True) -> bool:
         """Queue a message for ``address`` (sent at the end of the shard's pass); False if not sent."""
@@ -295,8 +299,7 @@ class NodeLinks:
 
     def _refresh_peers(self) -> None:
         peers = set(self._peers_fn())
-        for endpoint in list(self._endpoints.values()):
-            peers |= endpoint.addresses()
+        peers.update(self._wanted)
         peers.discard(self.self_address)
         for gone in self._peers - peers:
             link = self._links.pop(gone, None)

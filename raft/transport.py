@@ -91,7 +91,9 @@ class LinkTransport(Transport):  # type: ignore[misc]  # PySyncObj is untyped
     # --- PySyncObj Transport interface ---------------------------------------------------
 
     def addNode(self, node: Any) -> None:
-        # A node added later (a learner, a new voter) is connected at the next tick if its link is up.
+        # A node added later (a learner, a new voter) is linked at the next tick if its link is up.
+        if node in self._nodes:
+            return
         self._nodes.add(node)
         self._nodeAddrToNode[node.address] = node
         self._links.want(node.address)
@@ -101,7 +103,9 @@ class LinkTransport(Transport):  # type: ignore[misc]  # PySyncObj is untyped
         if node in self._connected:
             self._connected.discard(node)
             self._onNodeDisconnected(node)
-        self._nodes.discard(node)
+        if node in self._nodes:
+            self._nodes.discard(node)
+            self._links.unwant(node.address)
         address = str(node.address)
         if self._nodeAddrToNode.get(address) is node:
             del self._nodeAddrToNode[address]
@@ -128,13 +132,13 @@ class LinkTransport(Transport):  # type: ignore[misc]  # PySyncObj is untyped
         self.setOnNodeConnectedCallback(None)
         self.setOnNodeDisconnectedCallback(None)
         self._links.unregister(self._group_id, self)
+        for node in self._nodes:
+            self._links.unwant(node.address)
+        self._nodes.clear()
         self._linked.clear()
         self._connected.clear()
 
     # --- the links' side (shard thread) ----------------------------------------------------
-
-    def addresses(self) -> set[str]:
-        return set(self._nodeAddrToNode)
 
     def link_up(self, address: str) -> None:
         node = self._nodeAddrToNode.get(address)
