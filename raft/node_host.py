@@ -51,7 +51,7 @@ from typing import Any, BinaryIO
 from raft.errors import NotLeaderError, RaftError
 from raft.fd_limit import raise_open_files_limit
 from raft.group import RaftGroup
-from raft.node import GroupSpec, RaftNode
+from raft.node import RaftNode
 from raft.settings import RaftSettings
 from raft.state_machine import NOOP_COMMAND, StateMachine
 
@@ -124,18 +124,12 @@ class Host:
 
     def start(self) -> None:
         self.node.start()
-        specs = []
         for gid in self.group_ids:
             path = str(self.node.data_dir / f"sm-{gid}")
             os.makedirs(path, exist_ok=True)
             sm = self.factory(path)
             self.sms[gid] = sm
-            specs.append(GroupSpec(gid, tuple(self.members), sm))
-        # In batches per ticker task (``RaftNode.add_groups``): one task per group would wait for a
-        # pass over every group created before it.
-        for result in self.node.add_groups(specs):
-            if isinstance(result, RaftError):
-                raise result
+            self.node.add_group(gid, self.members, sm)
 
     async def handle(self, req: dict[str, Any]) -> dict[str, Any]:
         op = req["op"]
