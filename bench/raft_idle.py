@@ -3,7 +3,9 @@
 Starts 3 ``raft.node_host`` processes on loopback, each hosting one replica of
 N data groups plus one controller-like group, waits until every group has a
 ready leader, then samples each process's CPU time from /proc/<pid>/stat over
-an idle window and prints % of one core, RSS and thread count per process.
+an idle window and prints % of one core, RSS (and per group replica), thread
+count and sockets per process (all socket descriptors, and the established TCP
+connections among them: one per peer node with node links, ``raft.links``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,26 @@ def start_cluster(
             p.kill()
         raise next(e for f in futures if (e := f.exception()) is not None)
     return procs, addrs
+
+
+def sockets(pid: int) -> tuple[int, int]:
+    """(socket descriptors, established TCP connections) of process ``pid``."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    established = 0
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "01" and fields[9] in inodes:
+                    established += 1
+    return len(inodes), established
 
 
 def wait_all_leaders(procs: list[HostProcess], total: int, timeout: float) -> float:
@@ -144,7 +166,11 @@ def main() -> None:
             for i, p in enumerate(procs):
                 _, rss, threads = proc_stat(p.pid)
                 pct = 100.0 * (after[i] - before[i]) / wall
-                print(f"node {i} pid {p.pid}: cpu {pct:5.2f}% rss {rss:6.1f} MB threads {threads}")
+                socks, tcp = sockets(p.pid)
+                print(
+                    f"node {i} pid {p.pid}: cpu {pct:5.2f}% rss {rss:6.1f} MB ({rss / total:.3f} MB per replica) "
+                    f"threads {threads} sockets {socks} (established tcp {tcp})"
+                )
         finally:
             for p in procs:
                 p.stop()

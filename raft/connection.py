@@ -1,17 +1,18 @@
-"""One authenticated TCP connection between two nodes for one group.
+"""One authenticated TCP connection between two nodes: a node link's (``raft.links``).
 
-Replaces ``pysyncobj.tcp_connection.TcpConnection`` (same interface, used by
-``TCPTransport``). Wire protocol (dialer = the member with the greater
-address, as in PySyncObj):
+The interface of ``pysyncobj.tcp_connection.TcpConnection``; ``group_id`` names the
+connection's *channel* (a node link's channel). Wire protocol (dialer = the member
+with the greater address, as in PySyncObj):
 
 1. dialer -> acceptor, raw: preamble ``b"TXRB" | u8 version | u16 len |
-   group id | 16-byte dialer nonce``. The node's listener reads it and hands
-   the socket to the group (``raft.transport``).
+   channel | 16-byte dialer nonce``. The node's listener reads it and hands
+   the socket to the links of the channel (``raft.transport``).
 2. acceptor -> dialer, raw: its 16-byte nonce, then an encrypted *accept*
    frame. Both sides now hold the session keys (``raft.frame_crypto``: they
-   bind the cluster secret, both nonces and the group id).
-3. Frames both ways: ``<u32 length><AES-GCM(pickle protocol 4 of a PySyncObj
-   message)>``. The dialer's first frame is its Raft address.
+   bind the cluster secret, both nonces and the channel).
+3. Frames both ways: ``<u32 length><AES-GCM(plaintext)>``; the plaintext is
+   decoded by ``decode`` (a node link's: a batch of its groups' messages,
+   ``raft.link_frames``, whose first is the sender's hello).
 
 Authentication: the dialer reports itself connected (``onConnected``) only
 after the accept frame verified, the acceptor accepts messages only after
@@ -24,6 +25,9 @@ peer can neither make us buffer much nor hold a connection slot for long.
 Buffers are ``bytearray`` with a read/write offset (PySyncObj's ``bytes +=``
 and re-slicing is quadratic in the backlog); a frame is written straight to
 the socket when nothing is queued before it. No zlib.
+
+``decode`` turns a verified frame's plaintext into the message delivered (default: unpickle;
+a node link takes the bytes and unpacks its batch itself: ``raft.links``).
 
 Thread-safety: not thread-safe. Every method runs in the owning group's
 ticker thread (the poller callbacks included).
@@ -217,8 +221,10 @@ class FrameConnection:
         recvBufferSize: int = 2**16,
         keepalive: tuple[int, int, int] | None = None,
         on_rejected: Callable[[str], None] | None = None,
+        decode: Callable[[bytes], Any] = pickle.loads,
     ) -> None:
         self._poller = poller
+        self._decode = decode
         self._key = key
         self._group_id = group_id
         self._timeout = timeout
@@ -350,16 +356,6 @@ class FrameConnection:
         self._transition(Phase.CLOSED)
         if need_callback and self._on_disconnected is not None:
             self._on_disconnected()
-
-    def note_peer_heard(self, seconds_ago: float) -> None:
-        """The peer's node was heard ``seconds_ago`` on another connection.
-
-        A quiescent group's connections carry nothing for minutes; the node-to-node heartbeat
-        (``raft.liveness``) stands for their traffic, so the silence timeout does not drop them.
-        """
-        heard = monotonic_time() - seconds_ago
-        if heard > self._last_read:
-            self._last_read = heard
 
     def check_deadline(self) -> None:
         """Close the connection if its handshake or its peer's silence lasted too long.
@@ -510,7 +506,7 @@ class FrameConnection:
         if self._phase is Phase.AWAIT_HELLO:
             self._established()
         try:
-            return pickle.loads(plain)
+            return self._decode(plain)
         except Exception as e:  # a verified peer sent something undecodable: drop the connection
             self._reject(f"undecodable frame: {type(e).__name__}: {e}")
             return _NOTHING

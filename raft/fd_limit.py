@@ -1,8 +1,9 @@
 """The open-files limit of a node process: every Raft group holds descriptors of its own.
 
-A replica keeps its journal open (the file and the descriptor its memory map holds) and
-one connection to each other replica, so a node with thousands of partition replicas needs
-tens of thousands of descriptors; the usual soft limit of 1,024 (or a container's 20,000)
+A replica keeps its journal open (the file and the descriptor its memory map holds); its
+messages travel on the node links, one connection per peer node whatever the number of
+groups (``raft.links``). A node with thousands of partition replicas still needs thousands
+of descriptors; the usual soft limit of 1,024 (or a container's 20,000)
 runs out long before. Like Kafka's and Redpanda's deployment guides ask of the operator,
 the node raises its own soft limit to what it is allowed, at start.
 """
@@ -14,8 +15,8 @@ import resource
 
 logger = logging.getLogger(__name__)
 
-# Descriptors one replica of a group holds at most on a 3-node cluster (journal file, its map, two peers).
-DESCRIPTORS_PER_REPLICA = 4
+# Descriptors one replica of a group holds (journal file, its map).
+DESCRIPTORS_PER_REPLICA = 2
 _NR_OPEN = "/proc/sys/fs/nr_open"
 _WANTED = 1 << 20
 

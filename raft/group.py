@@ -46,8 +46,8 @@ from raft.errors import (
     RaftTimeoutError,
     SnapshotCorruptError,
 )
-from raft.frame_crypto import cluster_key
 from raft.full_snapshot import FullSnapshotBuilder
+from raft.links import NodeLinks
 from raft.membership_log import MembershipLog
 from raft.quiescence import QuiescenceState, WakeReason
 from raft.quiescent_group import LivenessView, QuiescentGroup
@@ -55,7 +55,7 @@ from raft.quorum_guard import LEADERSHIP_LOST, QuorumGuard
 from raft.settings import GroupStatus, LeadershipEvent, RaftSettings
 from raft.state_machine import NOOP_COMMAND, DurableStateMachine, StateMachine
 from raft.ticker import ProxyPoller, TickerShard
-from raft.transport import SharedPortTransport
+from raft.transport import LinkTransport
 
 logger = logging.getLogger(__name__)
 
@@ -149,14 +149,14 @@ class RaftGroup:
         loop: asyncio.AbstractEventLoop,
         shard: TickerShard,
         on_event: Callable[[LeadershipEvent], None] | None,
-        on_rejected: Callable[[str], None],
+        links: NodeLinks,
         lazy_commit_notify: bool = False,
         compaction_executor: Executor | None = None,
         delay_idle_commit_notify: bool = False,
         liveness: LivenessView | None = None,
     ) -> None:
         self.group_id = group_id
-        # Node heartbeats (``raft.liveness``); None: the group never quiesces.
+        # Node heartbeats (``raft.links``); None: the group never quiesces.
         self._liveness = liveness
         self._next_slow_tick = 0.0
         self._next_full_tick = 0.0
@@ -177,7 +177,7 @@ class RaftGroup:
         self._loop = loop
         self._shard = shard
         self._on_event = on_event
-        self._on_rejected = on_rejected
+        self._links = links
         self._so: _GroupSyncObj | None = None
         self._ready_term = -1  # term whose barrier this node applied as leader
         self._barrier_term = -1  # term for which a barrier is in flight
@@ -220,12 +220,7 @@ class RaftGroup:
 
     def _construct(self) -> None:
         os.makedirs(self.data_dir, exist_ok=True)
-        transport_class = functools.partial(
-            SharedPortTransport,
-            group_id=self.group_id,
-            key=cluster_key(self._settings.password),
-            on_rejected=self._on_rejected,
-        )
+        transport_class = functools.partial(LinkTransport, group_id=self.group_id, links=self._links)
         others = [m for m in self.members if m != self.self_address]
         with patches.constructing_with_poller(ProxyPoller(self._shard, self.group_id)):
             self._so = _GroupSyncObj(self, self.self_address, others, self._conf(), transportClass=transport_class)

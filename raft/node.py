@@ -1,8 +1,9 @@
 """``RaftNode``: all Raft groups of this process, one port, a few ticker threads.
 
 Lifecycle: ``start()`` binds the node's single Raft port and starts the
-listener and ticker threads, and the node liveness heartbeats (``raft.liveness``,
-on the first shard) that quiescent groups rely on; ``add_group``/``add_groups``/``remove_group`` create and
+listener and ticker threads, and each shard's node links (``raft.links``: one
+connection per peer node carrying every group's messages, and the node
+heartbeats quiescent groups rely on); ``add_group``/``add_groups``/``remove_group`` create and
 destroy groups (on their ticker shard, synchronously); ``stop()`` destroys
 every group (journals flushed and closed), stops the threads and closes the
 port. Groups are assigned to shards by a stable hash (CRC32) of the group id.
@@ -18,7 +19,9 @@ import asyncio
 import functools
 import hashlib
 import logging
+import os
 import pathlib
+import pickle
 import re
 import shutil
 import socket
@@ -33,7 +36,7 @@ from raft import pysyncobj_patches as patches
 from raft.errors import RaftError
 from raft.frame_crypto import cluster_key
 from raft.group import RaftGroup
-from raft.liveness import LIVENESS_CHANNEL, NodeLiveness
+from raft.links import LinkStats, NodeLinks, channel_for, shard_of_channel
 from raft.quiescence import QuiescenceState
 from raft.settings import LeadershipEvent, RaftSettings
 from raft.state_machine import StateMachine
@@ -97,10 +100,14 @@ class RaftNode:
         # Store-backed groups' log compactions (an fsync each) run here, never on a ticker (``raft.compaction``).
         self._compaction_pool: ThreadPoolExecutor | None = None
         self._listener: Listener | None = None
-        self.liveness: NodeLiveness | None = None
+        self._links: list[NodeLinks] = []
+        # The node liveness quiescent groups follow (shard 0's links); None: groups never quiesce.
+        self.liveness: NodeLinks | None = None
         self._started = False
         self._stopped = False
         self.rejected_connections = 0
+        # One per process start, the same on every shard's links (``raft.links``: a peer sees a restart).
+        self._incarnation = os.urandom(8).hex()
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -116,37 +123,53 @@ class RaftNode:
         self._compaction_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raft-compaction")
         for shard in self._shards:
             shard.start()
+        self._links = [self._start_links(shard) for shard in self._shards]
         if self.settings.quiesce_after_s > 0:
-            self._start_liveness(self._shards[0])
+            self.liveness = self._links[0]
         self._listener.start()
         self._started = True
 
-    def _start_liveness(self, shard: TickerShard) -> None:
+    def _start_links(self, shard: TickerShard) -> NodeLinks:
         s = self.settings
-        liveness = NodeLiveness(
+        judge = shard.index == 0
+        links = NodeLinks(
             self.self_address,
             cluster_key(s.password),
-            ProxyPoller(shard, LIVENESS_CHANNEL),
+            ProxyPoller(shard, channel_for(shard.index)),
+            index=shard.index,
             heartbeat_s=s.heartbeat_s,
             lapse_s=s.check_quorum_s,
-            connection_timeout_s=s.connection_timeout_s,
+            silence_s=s.link_silence_s,
             retry_s=s.connection_retry_s,
             peers=self._peers,
-            on_lapse=functools.partial(self._peer_lapsed, restarted=False),
-            on_restart=functools.partial(self._peer_lapsed, restarted=True),
+            on_lapse=functools.partial(self._peer_lapsed, restarted=False) if judge else None,
+            on_restart=functools.partial(self._peer_lapsed, restarted=True) if judge else None,
+            on_rejected=self._rejected,
+            mark_dirty=shard.dirty.add,
+            forward=self._forward,
+            judge=judge,
+            incarnation=self._incarnation,
         )
 
         def install() -> None:
-            shard.groups[LIVENESS_CHANNEL] = liveness
+            shard.groups[links.group_id] = links
+            shard.add_flush_hook(links.flush)
 
         shard.call(install).result(_CALL_TIMEOUT_S)
-        self.liveness = liveness
+        return links
+
+    def link_stats(self) -> LinkStats:
+        """The node links' counters summed over the shards (any thread)."""
+        total = LinkStats()
+        for links in self._links:
+            total = total.add(links.current_stats())
+        return total
 
     def _peers(self) -> set[str]:
-        """Every voter of every group of this node (the nodes to exchange node heartbeats with)."""
+        """Every voter and learner of every group of this node (the nodes to keep links with)."""
         peers: set[str] = set()
         for group in list(self._groups.values()):
-            peers |= group.voters()
+            peers |= group.voters() | group.learners()
         peers.discard(self.self_address)
         return peers
 
@@ -174,15 +197,15 @@ class RaftNode:
             mine = [g for g in groups if g._shard is shard]
 
             def finalize(mine: list[RaftGroup] = mine, shard: TickerShard = shard) -> None:
-                liveness = shard.groups.pop(LIVENESS_CHANNEL, None)
-                if isinstance(liveness, NodeLiveness):
-                    liveness.close()
                 for g in mine:
                     shard.groups.pop(g.group_id, None)
                     try:
                         g._destroy()
                     except Exception:
                         logger.exception("failed to destroy group %r", g.group_id)
+                links = shard.groups.pop(channel_for(shard.index), None)
+                if isinstance(links, NodeLinks):
+                    links.close()
 
             shard.stop(finalize)
         if self._compaction_pool is not None:
@@ -278,7 +301,7 @@ class RaftNode:
                 loop=self._loop,
                 shard=shard,
                 on_event=spec.on_event,
-                on_rejected=self._rejected,
+                links=self._links[shard.index],
                 lazy_commit_notify=spec.lazy_commit_notify,
                 compaction_executor=self._compaction_pool,
                 delay_idle_commit_notify=spec.delay_idle_commit_notify,
@@ -345,30 +368,32 @@ class RaftNode:
             raise RaftError("RaftNode is not started")
         return self._shards[zlib.crc32(group_id.encode("utf-8")) % len(self._shards)]
 
-    def _dispatch(self, group_id: str, dialer_nonce: bytes, sock: socket.socket) -> bool:
-        """Listener thread: hand an accepted socket to its group's shard (or to the node liveness)."""
-        liveness = self.liveness
-        if group_id == LIVENESS_CHANNEL:
-            if liveness is None:
-                return False
-            self._shards[0].call(functools.partial(liveness.adopt, sock, dialer_nonce))
-            return True
+    def _dispatch(self, channel: str, dialer_nonce: bytes, sock: socket.socket) -> bool:
+        """Listener thread: hand an accepted socket to the links of the shard its channel names."""
+        index = shard_of_channel(channel)
+        if index is None or not self._links:
+            return False
+        links = self._links[index % len(self._links)]
+        self._shards[index % len(self._shards)].call(functools.partial(links.adopt, sock, dialer_nonce))
+        return True
+
+    def _forward(self, group_id: str, address: str, payload: bytes) -> bool:
+        """A link got a message for a group of another shard (a peer with another shard count)."""
         group = self._groups.get(group_id)
         if group is None:
             return False
 
-        def adopt() -> None:
+        def deliver() -> None:
             so = group._so
-            if so is None or group._destroyed or group_id not in group._shard.groups:
-                sock.close()
+            if so is None or group._destroyed:
                 return
             try:
-                patches.transport_of(so).adopt_incoming(sock, dialer_nonce)
-            except Exception:
-                logger.exception("group %r: cannot adopt incoming connection", group_id)
-                sock.close()
+                if patches.transport_of(so).deliver(address, payload):
+                    group._shard.dirty.add(group_id)
+            except (pickle.UnpicklingError, EOFError, ValueError):
+                logger.warning("group %r: undecodable message from %s dropped", group_id, address)
 
-        group._shard.call(adopt)
+        group._shard.call(deliver)
         return True
 
     def _rejected(self, why: str) -> None:

@@ -22,6 +22,7 @@ JSON reply per line on stdout, in order. Requests (``op``):
   (retrying on errors) until ``load_stop`` group -> ``{"ok": committed, "errors": n}``
 * ``bench`` group, n, size, outstanding -> throughput and latency of n
   submits of ``size`` bytes with at most ``outstanding`` in flight
+* ``links`` -> ``{"ok": {node link counters (``raft.links.LinkStats``)..., "rejected": n}}``
 * ``stop`` -> stops the node and exits
 
 ``--sm module:factory`` builds each group's state machine as
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import json
 import logging
@@ -143,6 +145,10 @@ class Host:
                 st = g.status()
                 roles[gid] = [st.state, st.term, g.quiescence().name]
             return {"ok": roles}
+        if op == "links":
+            stats = dataclasses.asdict(self.node.link_stats())
+            stats["rejected"] = self.node.rejected_connections
+            return {"ok": stats}
         if op == "batch":
             return {"ok": await asyncio.gather(*(self.handle(r) for r in req["requests"]))}
         group = self.node.group(req.get("group", ""))

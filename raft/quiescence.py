@@ -6,7 +6,7 @@ Terms:
   moment it stops heartbeating. Its followers accept it only when their own log ends at the
   same entry and they know the same commit index, so a quiescent follower holds everything
   the leader holds.
-* *node liveness*: one heartbeat per pair of nodes per heartbeat interval (``raft.liveness``),
+* *node liveness*: one heartbeat per pair of nodes per heartbeat interval (``raft.links``),
   whatever the number of groups the pair shares. ``heard`` is when this node last heard the
   peer's node (``None``: never).
 * *quiescent group*: the leader sends no per-group heartbeats; its followers start no

@@ -1,4 +1,4 @@
-"""Quiescent groups for PySyncObj: a SyncObj mixin (rules in ``raft.quiescence``, liveness in ``raft.liveness``).
+"""Quiescent groups for PySyncObj: a SyncObj mixin (rules in ``raft.quiescence``, liveness in ``raft.links``).
 
 * **Leader.** On each tick of an active ready leader the mixin checks ``leader_idle``; after
   ``quiesce_after_s`` of it, it sends every follower ``QUIESCE`` with its mark and stops
@@ -63,7 +63,7 @@ _FOLLOWER = 0
 
 
 class LivenessView(Protocol):
-    """What a group needs of ``raft.liveness.NodeLiveness``."""
+    """What a group needs of the node liveness (``raft.links.NodeLinks``)."""
 
     def heard(self, address: str) -> float | None: ...
 
@@ -218,7 +218,6 @@ class QuiescentGroup:
                 return
             assert heard is not None  # alive: heard within the timeout
             self._txb_follow_node_heartbeat(heard)
-            self._txb_keep_connections(now)
 
     def _txb_leader_wake_reason(self, q: Quiescence, now: float) -> WakeReason | None:
         followers = self._txb_followers()
@@ -241,7 +240,6 @@ class QuiescentGroup:
         self._txb_count_node_heartbeats(now)
         if q.state is QuiescenceState.QUIESCING and now >= self._txb_next_mark_send:
             self._txb_send_mark(q, now)
-        self._txb_keep_connections(now)
 
     def _txb_count_node_heartbeats(self, now: float) -> None:
         responses = patches.last_response_times(self)
@@ -255,12 +253,6 @@ class QuiescentGroup:
         deadline = heard + patches.random_election_timeout(self)
         if deadline > patches.election_deadline(self):
             patches.set_election_deadline(self, deadline)
-
-    def _txb_keep_connections(self, now: float) -> None:
-        liveness = self.txb_liveness
-        if liveness is None:
-            return
-        patches.transport_of(self).note_peers_alive(liveness.heard)
 
     def _txb_after_tick(self) -> None:
         q = self.txb_quiescence

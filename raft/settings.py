@@ -28,6 +28,10 @@ class RaftSettings:
     leader_fallback_s: float = 2.5
     connection_timeout_s: float = 30.0
     connection_retry_s: float = 1.0
+    # A node link (``raft.links``: the one connection per pair of nodes every group's messages share) whose
+    # peer sent nothing, not even its node heartbeat (every heartbeat_s), for this long is closed and
+    # re-dialed: a connection left half-open by a network cut.
+    link_silence_s: float = 5.0
     log_compaction_min_entries: int = 1000
     log_compaction_min_time_s: float = 600.0
     commands_queue_size: int = 10000
@@ -55,7 +59,7 @@ class RaftSettings:
     # Campaigns (pre-vote rounds and the elections they allow) a ticker shard runs at once (``raft.campaigns``).
     campaign_slots: int = 64
     # Quiescent groups (``raft.quiescence``): a leader with nothing to replicate and every follower caught up
-    # for this long stops the group's heartbeats; one heartbeat per pair of nodes (``raft.liveness``) keeps
+    # for this long stops the group's heartbeats; one heartbeat per pair of nodes (``raft.links``) keeps
     # its followers from campaigning instead. 0: groups never quiesce (and no node heartbeats are sent).
     quiesce_after_s: float = 1.0
     # A quiescent group is ticked this often (journal timers, connection upkeep); its socket events and
@@ -71,6 +75,8 @@ class RaftSettings:
             raise ValueError("tick_interval_s must be in (0, heartbeat_s]")
         if not self.heartbeat_s < self.check_quorum_s < self.election_timeout_min_s:
             raise ValueError("check_quorum_s must be in (heartbeat_s, election_timeout_min_s)")
+        if self.link_silence_s <= self.check_quorum_s:
+            raise ValueError("link_silence_s must be > check_quorum_s")
         if self.leader_fallback_s < self.check_quorum_s:
             raise ValueError("leader_fallback_s must be >= check_quorum_s")
         if not 0 <= self.commit_notify_delay_s <= self.heartbeat_s:

@@ -8,7 +8,9 @@ group *dirty*; ``poll()`` is a no-op because the shard polls once for all.
 Loop: run control tasks (create/destroy groups, adopt sockets, transfers),
 tick every group when the tick interval has elapsed and otherwise only the
 dirty ones and those whose ``tick_at`` time has come (an idle node does one
-pass per interval, not one per received heartbeat), then one real ``poll``.
+pass per interval, not one per received heartbeat), run the flush hooks (the
+node links send what the pass queued: ``raft.links``), then one real ``poll``
+(and the flush hooks again, for the answers sent from its callbacks).
 A *quiet* group (``set_quiet``: a quiescent Raft group, ``raft.quiescence``)
 is left out of the full passes: it is ticked on its socket events, its
 ``tick_at`` times and its ``tick_slowly`` time, which the full passes check
@@ -100,9 +102,8 @@ class ProxyPoller:
 class _SafePoller:
     """PySyncObj's poller interface on epoll; a callback that raises cannot abort the others.
 
-    epoll costs the kernel a visit per ready descriptor, not per subscribed one: a shard
-    holds two connections per group (thousands of mostly silent sockets), and ``poll(2)``
-    over all of them made the kernel's walk the larger part of an idle node's CPU.
+    epoll costs the kernel a visit per ready descriptor, not per subscribed one, whatever
+    the number of mostly silent sockets a shard holds.
     """
 
     def __init__(self) -> None:
@@ -196,6 +197,7 @@ class TickerShard:
         self._loud_for = (-1, -1)
         self._slow: list[tuple[float, str]] = []  # heap of (monotonic time, group id), checked by full passes
         self._outbox: dict[asyncio.AbstractEventLoop, list[Callable[[], None]]] = {}
+        self._flush_hooks: list[Callable[[], None]] = []
         self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         # True while a wake-up byte is in the pipe or about to be: later
         # enqueuers skip the write (cleared by the shard before it drains).
@@ -270,7 +272,17 @@ class TickerShard:
         else:
             pending.append(fn)
 
+    def add_flush_hook(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` at the end of every pass and after every poll (shard thread): the node links send
+        what the groups queued meanwhile, one frame per peer (``raft.links``)."""
+        self._flush_hooks.append(fn)
+
     def _flush_outbox(self) -> None:
+        for hook in self._flush_hooks:
+            try:
+                hook()
+            except Exception:
+                logger.exception("raft ticker: flush hook failed")
         if not self._outbox:
             return
         outbox, self._outbox = self._outbox, {}

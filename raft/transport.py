@@ -1,24 +1,23 @@
-"""Many groups, one listening port: the per-group transport and the node listener.
+"""Many groups, one listening port, one link per pair of nodes: the group transport and the node listener.
 
-Wire protocol of one connection: see ``raft.connection`` (raw preamble with
-the group id and the dialer's nonce, the acceptor's nonce, then AES-GCM
-frames under session keys bound to the cluster secret, both nonces and the
-group id). On top of it PySyncObj's own (unencrypted-mode) handshake: the
-dialer's first message is its Raft address, which must name a voter (or a
-learner the leader replicates to) of the group.
+``LinkTransport`` (one per group) is PySyncObj's transport of a group, a thin view of the
+node links of its ticker shard (``raft.links``): ``send`` queues the pickled message on the
+link to that node (sent with everything else of the pass in one frame), a peer is connected
+while its link is up and its replica of the group is known to exist (it sent something, at
+the least the ``HERE`` every replica sends when the link comes up or the group is created),
+and connect/disconnect callbacks follow the link. Messages arrive
+through ``deliver``, only from members (voters and learners) of the group.
 
-``Listener`` (one per node, own thread) accepts, reads the preamble with a
-bounded length and a short deadline, and hands the socket and nonce to the
-owning group's ticker shard; garbage, unknown groups and slow peers are
-closed. ``SharedPortTransport`` (one per group) is a ``TCPTransport``
-without a server socket whose connections are ``FrameConnection``.
+``Listener`` (one per node, own thread) accepts, reads the preamble (``raft.connection``:
+magic, version, channel, dialer nonce) with a bounded length and a short deadline, and hands
+the socket and nonce to the link of the channel's ticker shard; garbage, unknown channels and
+slow peers are closed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import logging
 import pickle
 import selectors
@@ -28,8 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pysyncobj.tcp_connection import CONNECTION_STATE
-from pysyncobj.transport import TCPTransport
+from pysyncobj.transport import Transport
 
 from raft import pysyncobj_patches as patches
 from raft.connection import (
@@ -38,102 +36,87 @@ from raft.connection import (
     PREAMBLE_HEADER,
     PREAMBLE_MAGIC,
     PREAMBLE_VERSION,
-    FrameConnection,
 )
 from raft.frame_crypto import NONCE_BYTES
+from raft.links import NodeLinks
 from raft.thread_names import name_os_thread
 
 logger = logging.getLogger(__name__)
 
 PREAMBLE_DEADLINE_S = 5.0
 ACCEPT_PAUSE_S = 0.1  # after accept() ran out of descriptors or memory
-DEADLINE_CHECK_PERIOD_S = 0.5
+# A group's first message to a peer's replica on a link that came up: "my replica exists" (answered once,
+# ``ack``). A peer counts as connected for the group once its replica answered (or sent anything): a
+# new group waits for its peers' replicas before it campaigns (``raft.campaigns``).
+HERE = "txb_here"
 
 
-class SharedPortTransport(TCPTransport):  # type: ignore[misc]  # PySyncObj is untyped
-    """``TCPTransport`` whose server socket is the node's shared ``Listener``.
+def essential(message: Any) -> bool:
+    """False for what PySyncObj sends again by itself when it is lost: heartbeats and plain AppendEntries.
 
-    Construct through ``functools.partial(SharedPortTransport, group_id=..,
-    key=.., on_rejected=..)`` passed as SyncObj's ``transportClass``; ``key``
-    is ``raft.frame_crypto.cluster_key(secret)``. The SyncObj must have no
-    PySyncObj password: this transport authenticates every frame itself.
+    A part of a chunked transfer (a big entry, a snapshot) is essential: the follower
+    reassembles the parts in order and a gap would corrupt the whole.
+    """
+    if not isinstance(message, dict) or message.get("type") != "append_entries":
+        return True
+    return "transmission" in message or "serialized" in message
+
+
+class LinkTransport(Transport):  # type: ignore[misc]  # PySyncObj is untyped
+    """A group's PySyncObj transport over its shard's node links (see module doc).
+
+    Construct through ``functools.partial(LinkTransport, group_id=.., links=..)`` passed as
+    SyncObj's ``transportClass``. The SyncObj must have no PySyncObj password: the links
+    authenticate every frame.
     """
 
-    def __init__(
-        self,
-        syncObj: Any,
-        selfNode: Any,
-        otherNodes: Any,
-        *,
-        group_id: str,
-        key: bytes,
-        on_rejected: Callable[[str], None] | None = None,
-    ) -> None:
-        if len(key) != 32:
-            raise ValueError("SharedPortTransport needs the 32-byte cluster key (Raft traffic must be authenticated)")
+    def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any, *, group_id: str, links: NodeLinks) -> None:
         if syncObj.encryptor is not None:
-            raise ValueError("SharedPortTransport authenticates frames itself: do not set a PySyncObj password")
-        # Set before super().__init__, which calls addNode().
-        self._key = key
-        self._next_deadline_check = 0.0
-        self._last_pickled: tuple[dict[str, Any], bytes] | None = None
-        self._group_id = group_id
-        self._on_rejected = on_rejected
+            raise ValueError("LinkTransport: the node links authenticate frames; do not set a PySyncObj password")
         super().__init__(syncObj, selfNode, otherNodes)
+        self._syncObj = syncObj
+        self._selfNode = selfNode
+        self._group_id = group_id
+        self._channel = group_id.encode("utf-8")
+        self._links = links
+        self._nodes: set[Any] = set()
+        self._nodeAddrToNode: dict[str, Any] = {}
+        self._linked: set[Any] = set()  # link up, our HERE sent on it
+        self._connected: set[Any] = set()  # ... and the peer's replica is known to exist
+        self._last_pickled: tuple[dict[str, Any], bytes] | None = None
+        self._destroyed = False
+        syncObj.addOnTickCallback(self._onTick)
+        for node in otherNodes:
+            self.addNode(node)
+        links.register(group_id, self)
 
-    # No per-group server: the node's Listener owns the port.
-    def _createServer(self) -> None:
-        self._server = None
-
-    def _maybeBind(self) -> None:
-        if not self.ready:
-            self._ready = True
-            self._bindOverEvent.set()
-
-    def _new_connection(self, sock: socket.socket | None = None, peer_nonce: bytes | None = None) -> FrameConnection:
-        conf = self._syncObj.conf
-        return FrameConnection(
-            self._syncObj._poller,
-            key=self._key,
-            group_id=self._group_id,
-            socket=sock,
-            peer_nonce=peer_nonce,
-            timeout=conf.connectionTimeout,
-            sendBufferSize=conf.sendBufferSize,
-            recvBufferSize=conf.recvBufferSize,
-            keepalive=conf.tcp_keepalive,
-            on_rejected=self._on_rejected,
-        )
-
-    def _onTick(self) -> None:
-        # Handshake deadlines and silent peers: a connection without socket
-        # events would never check them itself.
-        now = time.monotonic()
-        if now >= self._next_deadline_check:
-            self._next_deadline_check = now + DEADLINE_CHECK_PERIOD_S
-            for conn in [*self._connections.values(), *self._unknownConnections]:
-                conn.check_deadline()
-        super()._onTick()
+    # --- PySyncObj Transport interface ---------------------------------------------------
 
     def addNode(self, node: Any) -> None:
-        # Mirrors TCPTransport.addNode with our connection class. A node that has a connection already
-        # (a learner becoming a voter: ``raft.membership_log``) keeps it.
+        # A node added later (a learner, a new voter) is linked at the next tick if its link is up.
+        if node in self._nodes:
+            return
         self._nodes.add(node)
         self._nodeAddrToNode[node.address] = node
-        if node not in self._connections and self._shouldConnect(node):
-            conn = self._new_connection()
-            conn.setOnConnectedCallback(functools.partial(self._onOutgoingConnected, conn))
-            conn.setOnMessageReceivedCallback(functools.partial(self._onMessageReceived, node))
-            conn.setOnDisconnectedCallback(functools.partial(self._onDisconnected, conn))
-            self._connections[node] = conn
+        self._links.want(node.address)
+
+    def dropNode(self, node: Any) -> None:
+        self._linked.discard(node)
+        if node in self._connected:
+            self._connected.discard(node)
+            self._onNodeDisconnected(node)
+        if node in self._nodes:
+            self._nodes.discard(node)
+            self._links.unwant(node.address)
+        address = str(node.address)
+        if self._nodeAddrToNode.get(address) is node:
+            del self._nodeAddrToNode[address]
 
     def send(self, node: Any, message: Any) -> bool:
-        # As TCPTransport.send, but an AppendEntries with entries is pickled
-        # once for all followers: PySyncObj builds one equal message per
-        # follower (same entry objects), and pickling copies every payload.
-        conn = self._connections.get(node)
-        if conn is None or conn.state != CONNECTION_STATE.CONNECTED:
+        if node not in self._connected:
             return False
+        # An AppendEntries with entries is pickled once for all followers: PySyncObj builds one
+        # equal message per follower (same entry objects), and pickling copies every payload.
         if isinstance(message, dict) and message.get("entries"):
             cached = self._last_pickled
             if cached is not None and _same_append_entries(cached[0], message):
@@ -141,36 +124,72 @@ class SharedPortTransport(TCPTransport):  # type: ignore[misc]  # PySyncObj is u
             else:
                 data = pickle.dumps(message, PICKLE_PROTOCOL)
                 self._last_pickled = (message, data)
-            conn.send_pickled(data)
         else:
-            conn.send(message)
-        return bool(conn.state == CONNECTION_STATE.CONNECTED)
+            data = pickle.dumps(message, PICKLE_PROTOCOL)
+        return self._links.queue(node.address, self._channel, data, essential(message))
 
-    def note_peers_alive(self, heard: Callable[[str], float | None]) -> None:
-        """Count each peer's node heartbeat (``heard(address)``, ``time.monotonic``) as traffic of its connection."""
-        now = time.monotonic()
-        for node, conn in self._connections.items():
-            at = heard(str(node.id))
-            if at is not None:
-                conn.note_peer_heard(now - at)
+    def destroy(self) -> None:
+        self._destroyed = True
+        self.setOnMessageReceivedCallback(None)
+        self.setOnNodeConnectedCallback(None)
+        self.setOnNodeDisconnectedCallback(None)
+        self._links.unregister(self._group_id, self)
+        for node in self._nodes:
+            self._links.unwant(node.address)
+        self._nodes.clear()
+        self._linked.clear()
+        self._connected.clear()
 
-    def adopt_incoming(self, sock: socket.socket, peer_nonce: bytes) -> None:
-        """Take over an accepted socket whose preamble named this group (ticker thread)."""
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._onNewIncomingConnection(self._new_connection(sock, peer_nonce))
+    # --- the links' side (shard thread) ----------------------------------------------------
 
-    def _onIncomingMessageReceived(self, conn: Any, message: Any) -> None:
-        # The first (authenticated) message must name a voter of this group.
-        # PySyncObj would also accept 'readonly' and admin utility commands;
-        # neither is part of our protocol.
-        if not (isinstance(message, str) and message in self._nodeAddrToNode):
-            if self._on_rejected is not None:
-                self._on_rejected(f"unknown peer identity {message!r:.80}")
-            conn.disconnect()
-            self._unknownConnections.discard(conn)
+    def link_up(self, address: str) -> None:
+        node = self._nodeAddrToNode.get(address)
+        if node is not None and node not in self._linked and not self._destroyed:
+            self._linked.add(node)
+            self._send_here(node, ack=False)
+
+    def link_down(self, address: str) -> None:
+        node = self._nodeAddrToNode.get(address)
+        if node is None:
             return
-        super()._onIncomingMessageReceived(conn, message)
+        self._linked.discard(node)
+        if node in self._connected:
+            self._connected.discard(node)
+            self._onNodeDisconnected(node)
+
+    def deliver(self, address: str, payload: bytes) -> bool:
+        node = self._nodeAddrToNode.get(address)
+        if node is None or self._destroyed:
+            return False
+        message = pickle.loads(payload)
+        if node not in self._connected:
+            self._present(node)
+        if isinstance(message, dict) and message.get("type") == HERE:
+            if not message.get("ack"):
+                self._send_here(node, ack=True)
+            return True
+        self._onMessageReceived(node, message)
+        return True
+
+    def _send_here(self, node: Any, *, ack: bool) -> None:
+        data = pickle.dumps({"type": HERE, "ack": ack}, PICKLE_PROTOCOL)
+        self._links.queue(node.address, self._channel, data)
+
+    def _present(self, node: Any) -> None:
+        """The peer's replica exists (it sent us something): connected, if the link is up."""
+        if node not in self._linked:
+            self.link_up(node.address)
+        if node in self._linked and node not in self._connected:
+            self._connected.add(node)
+            self._onNodeConnected(node)
+
+    def _onTick(self) -> None:
+        # Nodes whose link came up before this group existed (or before their addNode).
+        if len(self._linked) == len(self._nodes):
+            return
+        for node in self._nodes:
+            if node not in self._linked and self._links.is_up(node.address):
+                self.link_up(node.address)
 
     def _onMessageReceived(self, node: Any, message: Any) -> None:
         # PySyncObj bug (reference 4.4 item 3): a successful ACK sets the
@@ -207,7 +226,7 @@ def _same_append_entries(a: dict[str, Any], b: dict[str, Any]) -> bool:
 class Listener:
     """The node's one Raft port: accept, read the preamble, dispatch.
 
-    ``dispatch(group_id, dialer_nonce, sock)`` is called on the listener thread and must
+    ``dispatch(channel, dialer_nonce, sock)`` is called on the listener thread and must
     return quickly: True if it took ownership of ``sock``, False to close it.
     """
 
@@ -365,7 +384,7 @@ class Listener:
             logger.exception("raft listener dispatch failed for group %r", group_id)
             taken = False
         if not taken:
-            self._on_rejected(f"unknown group {group_id!r:.80}")
+            self._on_rejected(f"unknown channel {group_id!r:.80}")
             sock.close()
 
     def _drop(self, sock: socket.socket, why: str) -> None:

@@ -25,6 +25,7 @@ from raft import NotLeaderError, RaftApplyError, RaftSettings, snapshot, transpo
 from raft import pysyncobj_patches as patches
 from raft.connection import ACCEPT_MESSAGE, PREAMBLE_HEADER, Phase, encode_preamble
 from raft.frame_crypto import NONCE_BYTES, FrameCipher, cluster_key, new_nonce
+from raft.links import LINK_CHANNEL
 from tests.raft_support.cluster import PASSWORD, Cluster, eventually, run
 
 pytestmark = pytest.mark.integration
@@ -328,9 +329,9 @@ def test_wrong_password_peer_is_rejected_and_cannot_affect_group(tmp_path: pathl
             host, port = c.addrs[0].split(":")
             with socket.create_connection((host, int(port)), timeout=5) as s:
                 nonce = new_nonce()
-                s.sendall(encode_preamble("a", nonce))
+                s.sendall(encode_preamble(LINK_CHANNEL, nonce))
                 acceptor_nonce = _recv_exactly(s, NONCE_BYTES)
-                wrong = FrameCipher(cluster_key("nope"), "a", nonce, acceptor_nonce, dialer=True)
+                wrong = FrameCipher(cluster_key("nope"), LINK_CHANNEL, nonce, acceptor_nonce, dialer=True)
                 s.sendall(wrong.seal(pickle.dumps(c.addrs[2])))
                 assert _read_until_closed(s, 5)
         finally:

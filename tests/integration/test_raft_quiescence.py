@@ -1,4 +1,4 @@
-"""Quiescent Raft groups in real nodes (raft.quiescence, raft.liveness).
+"""Quiescent Raft groups in real nodes (raft.quiescence, raft.links).
 
 In-process RaftNodes over real TCP:
 

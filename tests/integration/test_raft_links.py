@@ -1,0 +1,168 @@
+"""Node links between 3 node processes (raft.node_host): one Raft connection per peer for every group.
+
+Many groups share exactly one established TCP connection per pair of nodes (counted in
+/proc/<pid>/fd); a peer's SIGKILL and restart reconnects every group of it; a forged frame on
+the Raft port closes only the forger's connection and changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+import time
+from collections.abc import Callable
+
+import pytest
+
+from raft.connection import encode_preamble
+from raft.frame_crypto import NONCE_BYTES, FrameCipher, cluster_key, new_nonce
+from raft.links import LINK_CHANNEL
+from raft.node_host import HostProcess
+from tests.raft_support.cluster import PASSWORD, free_port
+
+pytestmark = pytest.mark.integration
+
+N_GROUPS = 48
+
+
+def _start(i: int, addrs: list[str], tmp: pathlib.Path) -> HostProcess:
+    args = [
+        "--addr", addrs[i], "--members", ",".join(addrs), "--data", str(tmp / f"n{i}"),
+        "--groups", str(N_GROUPS), "--password", PASSWORD, "--log-level", "INFO",
+    ]  # fmt: skip
+    return HostProcess(args, stderr_path=str(tmp / f"n{i}.log"))
+
+
+def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _established_tcp(pid: int) -> int:
+    """Established TCP connections the process holds (its sockets matched against /proc/<pid>/net/tcp*)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    count = 0
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "01" and fields[9] in inodes:
+                    count += 1
+    return count
+
+
+def _all_ready(procs: dict[int, HostProcess]) -> bool:
+    ready: set[str] = set()
+    for p in procs.values():
+        ready |= set(p.request({"op": "leaders"})["ready"])
+    return len(ready) == N_GROUPS
+
+
+def _connected_everywhere(procs: dict[int, HostProcess], addrs: list[str]) -> bool:
+    groups = [f"g{i}" for i in range(N_GROUPS)]
+    for i, p in procs.items():
+        want = set(addrs) - {addrs[i]}
+        replies = p.request({"op": "batch", "requests": [{"op": "status", "group": g} for g in groups]})["ok"]
+        if any(set(r["connected"]) != want for r in replies):
+            return False
+    return True
+
+
+def test_groups_share_one_connection_per_peer_and_a_restarted_peer_reconnects_every_group(
+    tmp_path: pathlib.Path,
+) -> None:
+    addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    procs: dict[int, HostProcess] = {}
+    try:
+        for i in range(3):
+            procs[i] = _start(i, addrs, tmp_path)
+        _wait(lambda: _all_ready(procs), 30, "a ready leader in every group")
+        _wait(lambda: _connected_everywhere(procs, addrs), 10, "every group connected to both peers")
+        for i, p in procs.items():
+            assert _established_tcp(p.pid) == 2, f"node {i}: one Raft connection per peer"
+            assert p.request({"op": "links"})["ok"]["links_up"] == 2
+        # SIGKILL a node and start it again from its data: every group reconnects to it.
+        procs.pop(2).kill()
+        _wait(
+            lambda: all(
+                addrs[2] not in r["connected"]
+                for r in procs[0].request(
+                    {"op": "batch", "requests": [{"op": "status", "group": f"g{g}"} for g in range(N_GROUPS)]}
+                )["ok"]
+            ),
+            10,
+            "every group of node 0 sees node 2 disconnected",
+        )
+        procs[2] = _start(2, addrs, tmp_path)
+        _wait(lambda: _connected_everywhere(procs, addrs), 20, "every group reconnected to the restarted node")
+        _wait(lambda: _all_ready(procs), 30, "a ready leader in every group")
+        for i, p in procs.items():
+            assert _established_tcp(p.pid) == 2, f"node {i}: one Raft connection per peer after the restart"
+        for g in range(N_GROUPS):
+            leader = next(p for p in procs.values() if f"g{g}" in p.request({"op": "leaders"})["ready"])
+            assert "ok" in leader.request({"op": "submit", "group": f"g{g}", "command": "x", "timeout": 5})
+    finally:
+        for p in procs.values():
+            p.stop()
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "closed early"
+        data += chunk
+    return data
+
+
+def _closed(sock: socket.socket, timeout: float) -> bool:
+    sock.settimeout(timeout)
+    try:
+        while sock.recv(4096):
+            pass
+        return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_a_forged_frame_closes_only_its_connection_and_changes_nothing(tmp_path: pathlib.Path) -> None:
+    addrs = sorted(f"127.0.0.1:{free_port()}" for _ in range(3))
+    procs: dict[int, HostProcess] = {}
+    try:
+        for i in range(3):
+            procs[i] = _start(i, addrs, tmp_path)
+        _wait(lambda: _all_ready(procs), 30, "a ready leader in every group")
+        _wait(lambda: _connected_everywhere(procs, addrs), 10, "every group connected to both peers")
+        target = procs[0]
+        before = target.request({"op": "links"})["ok"]
+        roles = target.request({"op": "roles"})["ok"]
+        host, port = addrs[0].split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            nonce = new_nonce()
+            s.sendall(encode_preamble(LINK_CHANNEL, nonce))
+            acceptor_nonce = _recv_exactly(s, NONCE_BYTES)
+            cipher = FrameCipher(cluster_key("not-the-cluster-secret"), LINK_CHANNEL, nonce, acceptor_nonce, True)
+            s.sendall(bytes(cipher.seal(b"\x00" * 64)))
+            assert _closed(s, 5)
+        _wait(lambda: target.request({"op": "links"})["ok"]["rejected"] > before["rejected"], 5, "rejection counted")
+        after = target.request({"op": "links"})["ok"]
+        assert after["links_up"] == 2 and after["messages_received"] >= before["messages_received"]
+        now = target.request({"op": "roles"})["ok"]
+        assert {g: r[1] for g, r in now.items()} == {g: r[1] for g, r in roles.items()}  # no term moved
+        assert _connected_everywhere(procs, addrs)
+    finally:
+        for p in procs.values():
+            p.stop()
