@@ -47,6 +47,7 @@ from prometheus_client.registry import Collector
 
 from raft import campaigns, ticker, traffic
 from raft.campaigns import CampaignStats
+from raft.links import LinkStats
 from raft.traffic import Traffic
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus-client is partly untyped
@@ -118,6 +119,7 @@ class NodeSample:
     partitions: list[PartitionSample]
     internal: list[GroupRaftSample] = field(default_factory=list)
     raft_quiescent_groups: int = 0  # Raft group replicas of this node that are quiescent (raft.quiescence)
+    raft_links: LinkStats = field(default_factory=LinkStats)  # the node links' counters (raft.links)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +220,7 @@ NODE_GAUGES = {
             "raft_quiescent_groups",
             "Raft group replicas of this node that are quiescent: no per-group heartbeats, kept by node heartbeats",
         ),
+        _Spec("raft_links_up", "Node links (one Raft connection per peer node and ticker shard) that are up"),
         _Spec("raft_term", "Raft term of the group on this node (topic __controller: the controller)", _TP),
         _Spec("raft_commit_index", "Raft commit index of the group on this node", _TP),
         _Spec("raft_follower_lag_entries", "Max Raft entries a follower is behind (reported by the leader)", _TP),
@@ -267,7 +270,11 @@ class NodeCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         specs = [*NODE_GAUGES.values(), *TXN_GAUGES.values(), *GROUP_GAUGES.values(), COORDINATOR_GAUGE]
-        return [*(s.family() for s in specs), *_raft_counter_families(Traffic(), 0, CampaignStats())]
+        return [
+            *(s.family() for s in specs),
+            *_raft_counter_families(Traffic(), 0, CampaignStats()),
+            *_link_families(LinkStats()),
+        ]
 
     def collect(self) -> Iterator[Metric]:
         threads = NODE_GAUGES["python_threads"].family()
@@ -343,6 +350,7 @@ def _node_families(s: NodeSample) -> Iterator[Metric]:
     f = {k: spec.family() for k, spec in NODE_GAUGES.items() if k != "python_threads"}
     f["controller_is_leader"].add_metric([], int(s.controller_is_leader))
     f["raft_quiescent_groups"].add_metric([], s.raft_quiescent_groups)
+    f["raft_links_up"].add_metric([], s.raft_links.links_up)
     f["cluster_nodes"].add_metric(["up"], s.nodes_up)
     f["cluster_nodes"].add_metric(["down"], s.nodes_down)
     leaders = sum(1 for p in s.partitions if p.is_leader)
@@ -378,6 +386,27 @@ def _node_families(s: NodeSample) -> Iterator[Metric]:
     f["raft_term"].add_metric(ctl, s.controller_term)
     f["raft_commit_index"].add_metric(ctl, s.controller_commit_index)
     yield from f.values()
+    yield from _link_families(s.raft_links)
+
+
+LINK_DROP_REASONS = {
+    "unknown_group": "dropped_unknown_group",
+    "not_member": "dropped_not_member",
+    "backpressure": "dropped_backpressure",
+}
+
+
+def _link_families(links: LinkStats) -> Iterator[Metric]:
+    dropped = CounterMetricFamily(
+        f"{PREFIX}_raft_link_messages_dropped",
+        "Raft messages a node link dropped: for a group this node does not host (unknown_group), from a node "
+        "that is not a member of the group (not_member), or not sent while the link's queue was full "
+        "(backpressure; heartbeats and plain AppendEntries only, which Raft sends again)",
+        labels=["reason"],
+    )
+    for reason, attr in LINK_DROP_REASONS.items():
+        dropped.add_metric([reason], getattr(links, attr))
+    yield dropped
 
 
 # ---- the node's metric objects ------------------------------------------------------------

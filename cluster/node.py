@@ -50,7 +50,7 @@ from .replicas import LocalReplica, ReplicaManager
 from .routed_produce import RoutedProducer
 from .seams import SystemClock, TopicDirectory
 from .security.tls import node_client_context, server_context
-from .topics import group_id_for
+from .state_versions import StateVersions
 from .txn import TransactionCoordinator, TxnTokens
 from .txn.state_manager import TXN_STATE_KIND
 
@@ -176,6 +176,7 @@ class Node:
             self.nodes, config.cluster_secret, config.request_timeout_ms / 1000, ssl_context=client_ssl
         )
         self.peer_view = PeerView(config, ssl_context=client_ssl, nodes=self.nodes)
+        self.state_versions = StateVersions()  # what /v1/internal/state tells each peer (its deltas)
         self.peer_client.reachable = self.peer_view.is_alive
         self.peer_client.relays = self._relays_to
         self.replicas = ReplicaManager(
@@ -372,26 +373,36 @@ class Node:
 
     # ---- what peers and Prometheus read ------------------------------------------
 
-    def internal_state_json(self) -> dict[str, Any]:
-        parts: dict[str, Any] = {}
-        for rep in self.replicas.replicas.values():
-            leader = self.config.node_id if rep.group.is_leader() else rep.leader_id
-            parts[group_id_for(rep.topic.topic_id, rep.partition)] = {
-                "topic": rep.topic.name,
-                "partition": rep.partition,
-                "leader": leader,
-                "term": rep.group.term(),
-                "high_watermark": rep.log.high_watermark,
-                "last_stable_offset": rep.log.last_stable_offset,
-                "log_start_offset": rep.log.log_start_offset,
-            }
-        parts.update(self.txn.groups.state_json())
-        parts.update(self.groups.groups.state_json())
+    def internal_state_json(self, epoch: str | None = None, since: int | None = None) -> dict[str, Any]:
+        self.state_versions.record(self._group_states())
+        delta = self.state_versions.since(epoch, since)
         return {
             "node_id": self.config.node_id,
             "controller_leader": self.controller.leader_id(),
-            "partitions": parts,
+            "epoch": delta.epoch,
+            "version": delta.version,
+            "full": delta.full,
+            "partitions": delta.changed,
+            "removed": delta.removed,
         }
+
+    def _group_states(self) -> dict[str, dict[str, Any]]:
+        me = self.config.node_id
+        parts: dict[str, dict[str, Any]] = {}
+        for rep in self.replicas.replicas.values():
+            group, log = rep.group, rep.log
+            parts[group.group_id] = {
+                "topic": rep.topic.name,
+                "partition": rep.partition,
+                "leader": me if group.is_leader() else rep.leader_id,
+                "term": group.term(),
+                "high_watermark": log.high_watermark,
+                "last_stable_offset": log.last_stable_offset,
+                "log_start_offset": log.log_start_offset,
+            }
+        parts.update(self.txn.groups.state_json())
+        parts.update(self.groups.groups.state_json())
+        return parts
 
     def metrics_sample(self) -> NodeSample:
         parts, unavailable = self.partitions.samples()
@@ -408,6 +419,7 @@ class Node:
             partitions=parts,
             internal=[*_raft_samples(self.txn.groups), *_raft_samples(self.groups.groups)],
             raft_quiescent_groups=self.raft.quiescent_groups(),
+            raft_links=self.raft.link_stats(),
         )
 
 

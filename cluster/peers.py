@@ -32,6 +32,7 @@ import aiohttp
 from .config import NodeConfig
 from .seams import NodeDirectory
 from .security.node_calls import NODE_CALL_HEADER, NodeCallSigner
+from .state_versions import apply_delta
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,10 @@ class PeerState:
     controller_leader: int | None = None
     # group id -> {"topic","partition","leader","term","high_watermark","last_stable_offset","log_start_offset"}
     partitions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the version of the peer's states ``partitions`` holds (``cluster.state_versions``): polls ask for what
+    # changed after it
+    epoch: str | None = None
+    version: int = 0
 
 
 class PeerView:
@@ -173,14 +178,27 @@ class PeerView:
         addr = self._nodes.node(peer.node_id) if self._nodes is not None else self._config.node(peer.node_id)
         if addr is None or self._session is None:
             return
-        headers = {NODE_CALL_HEADER: self._signer.sign("GET", STATE_PATH, b"", None, receiver=peer.node_id)}
+        epoch, version = peer.epoch, peer.version
+        path = STATE_PATH if epoch is None else f"{STATE_PATH}?epoch={epoch}&since={version}"
+        headers = {NODE_CALL_HEADER: self._signer.sign("GET", path, b"", None, receiver=peer.node_id)}
         try:
-            async with self._session.get(addr.url + STATE_PATH, headers=headers) as resp:
+            async with self._session.get(addr.url + path, headers=headers) as resp:
                 if resp.status != 200:
                     return
                 body = await resp.json()
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return
+        if not isinstance(body, dict):
+            return
         peer.last_ok = time.monotonic()
+        new_epoch, new_version = body.get("epoch"), body.get("version")
+        if not (isinstance(new_epoch, str) and new_epoch.isalnum() and isinstance(new_version, int)):
+            new_epoch, new_version = None, 0
+        versioned = new_epoch is not None
+        if versioned and new_epoch == peer.epoch and new_version < peer.version:
+            return  # another poll of this peer brought newer states already
+        if not body.get("full", True) and not (versioned and epoch == new_epoch == peer.epoch):
+            return  # a delta against states this view no longer holds
         peer.controller_leader = body.get("controller_leader")
-        peer.partitions = body.get("partitions", {})
+        peer.partitions = apply_delta(peer.partitions, body)
+        peer.epoch, peer.version = new_epoch, new_version

@@ -228,6 +228,11 @@ class NodeLinks:
             if self._mark_dirty is not None:
                 self._mark_dirty(self.group_id)  # dial at the next pass, not at the next refresh
 
+    def wanted(self) -> frozenset[str]:
+        """The addresses this shard's groups want links to (any thread: one copy of the counter's keys,
+        which holds the GIL throughout)."""
+        return frozenset(self._wanted)
+
     def unwant(self, address: str) -> None:
         count = self._wanted[address] - 1
         if count > 0:

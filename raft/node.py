@@ -166,10 +166,12 @@ class RaftNode:
         return total
 
     def _peers(self) -> set[str]:
-        """Every voter and learner of every group of this node (the nodes to keep links with)."""
+        """Every voter and learner of every group of this node (the nodes to keep links with): what the
+        groups' transports asked each shard's links for, so the judging shard keeps a link to every peer
+        node even when none of its own groups names it (no walk over thousands of groups)."""
         peers: set[str] = set()
-        for group in list(self._groups.values()):
-            peers |= group.voters() | group.learners()
+        for links in self._links:
+            peers |= links.wanted()
         peers.discard(self.self_address)
         return peers
 

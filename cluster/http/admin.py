@@ -11,6 +11,7 @@ from clients.protocol import BrokerError, ErrorCode
 
 from ..controller_service import PRODUCER_IDS_PATH
 from ..security.acl import Operation, ResourceType
+from ..state_versions import EPOCH_MAX_LEN
 from . import parsing
 from .access import Access, Need, RouteTable
 from .internal import RELAY_PATH
@@ -75,7 +76,12 @@ class AdminRoutes:
 
     async def internal_state(self, request: web.Request) -> web.Response:
         require_internal(request)
-        return web.json_response(self.s.node.internal_state_json())
+        # ``epoch`` and ``since``: the version of this node's states the peer holds (``cluster.state_versions``)
+        epoch = request.query.get("epoch") or None
+        if epoch is not None and (len(epoch) > EPOCH_MAX_LEN or not epoch.isalnum()):
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "query parameter 'epoch' is not a state epoch")
+        since = parsing.query_int(request.query, "since", default=-1, lo=0, hi=2**63 - 1) if epoch else None
+        return web.json_response(self.s.node.internal_state_json(epoch, since))
 
     async def internal_producer_ids(self, request: web.Request) -> web.Response:
         require_internal(request)

@@ -35,8 +35,9 @@ class Readiness(Protocol):
         ``missing_groups`` does not wait for the next periodic poll (at most ``timeout`` seconds)."""
         ...
 
-    def internal_state_json(self) -> dict[str, Any]:
-        """This node's view of its Raft groups, for ``/v1/internal/state`` (peers read it)."""
+    def internal_state_json(self, epoch: str | None, since: int | None) -> dict[str, Any]:
+        """This node's view of its Raft groups, for ``/v1/internal/state`` (peers read it): what changed
+        after version ``since`` of ``epoch``, or all of it (``cluster.state_versions``)."""
         ...
 
 

@@ -187,3 +187,21 @@ def test_internal_groups_report_their_raft_leadership_and_term(shared_cluster: L
     # Every replica of an internal group (RF 3 on 3 nodes) reports a term >= 1.
     terms = [v for url in cluster.urls for lv, v in samples(url, "txbroker_raft_term") if lv["topic"] in topics]
     assert len(terms) == 3 * len(led) and min(terms) >= 1
+
+
+def test_each_node_reports_its_node_links_up_and_no_dropped_messages(shared_cluster: LocalCluster) -> None:
+    # Given a 3-node cluster whose groups all replicate between the same three nodes
+    cluster = shared_cluster
+
+    # Then each node has its links to the two other nodes up (one per peer and ticker shard), every
+    # group's messages travel on them, and a healthy cluster drops none of them
+    def links() -> list[float] | None:
+        ups = [sum(v for _, v in samples(url, "txbroker_raft_links_up")) for url in cluster.urls]
+        return ups if all(u >= 2 and u % 2 == 0 for u in ups) else None
+
+    ups = wait_for(links, 30, "node links to both peers on every node")
+    assert len(set(ups)) == 1, ups  # the same number of shards on every node
+    for url in cluster.urls:
+        dropped = {lv["reason"]: v for lv, v in samples(url, "txbroker_raft_link_messages_dropped_total")}
+        assert set(dropped) == {"unknown_group", "not_member", "backpressure"}, dropped
+        assert dropped["not_member"] == 0 and dropped["backpressure"] == 0, dropped

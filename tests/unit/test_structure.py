@@ -42,7 +42,7 @@ ALLOWED: dict[str, set[str]] = {
 #: cluster/'s layers, lowest first: (layer name, module name patterns relative to ``cluster.``).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("infrastructure", ("background", "config", "topics", "controller", "controller_view", "membership",
-                        "cluster_nodes", "replicas", "internal_groups", "peers",
+                        "cluster_nodes", "replicas", "internal_groups", "peers", "state_versions",
                         "metrics", "sequencer", "producer_ids", "seams", "prometheus_config", "deadline",
                         "readiness", "security", "security.*", "security_state", "topic_admin")),
     ("services", ("controller_service", "partitions", "routed_produce", "group_service", "group_views",
