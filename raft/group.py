@@ -283,6 +283,18 @@ class RaftGroup:
         so = self._so
         return QuiescenceState.ACTIVE if so is None or self._destroyed else so.txb_quiescence_state()
 
+    def wake_count(self) -> int:
+        """How many times this replica woke from quiescence (any thread)."""
+        so = self._so
+        return 0 if so is None else int(so.wake_count)
+
+    def left_out(self) -> frozenset[str]:
+        """A quiet leader's followers left out of its quiescence (their nodes silent); empty otherwise (any thread)."""
+        so = self._so
+        if so is None or self._destroyed or not so.txb_quiet or not so._isLeader():
+            return frozenset()
+        return frozenset(str(n.id) for n in list(patches.other_nodes(so))) - so.txb_quiescence.followers
+
     def wake(self, reason: WakeReason) -> None:
         """Make a quiet replica run Raft's heartbeats and election timers again (any thread, asynchronous)."""
 

@@ -10,7 +10,12 @@ Terms:
   whatever the number of groups the pair shares. ``heard`` is when this node last heard the
   peer's node (``None``: never).
 * *quiescent group*: the leader sends no per-group heartbeats; its followers start no
-  elections while the leader's node is heard. Raft's safety rules are untouched: terms,
+  elections while the leader's node is heard.
+* *left out*: a follower on a node that is silent (or whose replica is not connected) while
+  a majority of the group is reachable and caught up. The leader quiesces with the others, as
+  CockroachDB's ranges quiesce past a follower on a non-live node: one dead node does not keep
+  every group it shares awake. When a left-out follower's node is heard again (and its replica
+  connected), the leader wakes and catches it up. Raft's safety rules are untouched: terms,
   votes and the log are Raft's; quiescence only decides when heartbeats and election timers
   run. A follower that stops hearing the leader's node campaigns one election timeout
   later, exactly as if the leader's heartbeats had stopped.
@@ -30,6 +35,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+from raft.election_rules import majority
 
 
 class QuiescenceState(enum.Enum):
@@ -59,6 +66,7 @@ class WakeReason(enum.Enum):
     FOLLOWER_ASKED = "follower_asked"  # a follower refused the mark or sent anything but an ack
     MEMBERSHIP = "membership"  # configuration change, learner or leadership transfer
     PEER_LAPSED = "peer_lapsed"  # a member's node liveness lapsed (or the node restarted)
+    PEER_RETURNED = "peer_returned"  # leader: a follower left out of the quiescence is reachable again
     LEADER_MESSAGE = "leader_message"  # follower: the leader sent an AppendEntries
     ROLE_CHANGED = "role_changed"  # term or role differs from the mark's
     DISCONNECTED = "disconnected"  # a member's connection of this group dropped
@@ -82,6 +90,8 @@ class Quiescence:
     mark: QuiesceMark | None = None
     # leader: the followers that acknowledged ``mark``
     acked: set[str] = field(default_factory=set)
+    # leader: the followers it quiesced with (the others are left out: their nodes were silent)
+    followers: frozenset[str] = frozenset()
     # leader: since when every quiesce condition held (None: not now)
     idle_since: float | None = None
     # follower: the leader whose mark it accepted
@@ -106,6 +116,7 @@ class Quiescence:
         self.transition_to(QuiescenceState.ACTIVE)
         self.mark = None
         self.acked.clear()
+        self.followers = frozenset()
         self.leader = None
         self.last_wake = reason
         return True
@@ -137,25 +148,35 @@ class LeaderView:
     ready: bool  # the leader's barrier of this term is applied
 
 
-def leader_idle(view: LeaderView, now: float, liveness_timeout_s: float) -> bool:
-    """Nothing to replicate, every follower caught up, connected and alive: a leader may quiesce.
+def quiescing_followers(view: LeaderView, now: float, liveness_timeout_s: float) -> frozenset[str] | None:
+    """The followers a leader may quiesce with now; None when it may not quiesce.
 
-    Caught up means each follower's match index is the last index, and the last entry is
-    committed and applied. A group with learners, an uncommitted membership change or a
-    leadership transfer in flight stays active.
+    Nothing to replicate: the last entry committed and applied, nothing queued, no learner,
+    uncommitted membership change or leadership transfer. Every *reachable* follower (its node
+    alive, its replica connected) caught up: its match index is the last index. The others are
+    left out, as long as the reachable ones and the leader are a majority.
     """
     if not view.ready or view.queued_commands or view.has_learners or view.change_pending:
-        return False
+        return None
     if view.transfer_in_progress or not view.match_index:
-        return False
+        return None
     if view.commit_index != view.last_index or view.last_applied != view.last_index:
-        return False
+        return None
+    reachable: list[str] = []
     for follower, match in view.match_index.items():
-        if match != view.last_index or follower not in view.connected:
-            return False
-        if not node_alive(now, view.follower_heard.get(follower), liveness_timeout_s):
-            return False
-    return True
+        if follower not in view.connected or not node_alive(now, view.follower_heard.get(follower), liveness_timeout_s):
+            continue  # left out: the leader wakes when it is reachable again
+        if match != view.last_index:
+            return None
+        reachable.append(follower)
+    if len(reachable) + 1 < majority(len(view.match_index) + 1):
+        return None
+    return frozenset(reachable)
+
+
+def leader_idle(view: LeaderView, now: float, liveness_timeout_s: float) -> bool:
+    """A leader may quiesce (``quiescing_followers`` names with whom)."""
+    return quiescing_followers(view, now, liveness_timeout_s) is not None
 
 
 def leader_should_quiesce(q: Quiescence, idle: bool, now: float, quiesce_after_s: float) -> bool:
@@ -173,11 +194,12 @@ def leader_should_quiesce(q: Quiescence, idle: bool, now: float, quiesce_after_s
     return now - q.idle_since >= quiesce_after_s
 
 
-def begin_quiescing(q: Quiescence, mark: QuiesceMark) -> None:
-    """Leader: send ``mark`` to every follower and stop heartbeating until they ack."""
+def begin_quiescing(q: Quiescence, mark: QuiesceMark, followers: frozenset[str] = frozenset()) -> None:
+    """Leader: send ``mark`` to ``followers`` and stop heartbeating until they ack."""
     q.transition_to(QuiescenceState.QUIESCING)
     q.mark = mark
     q.acked.clear()
+    q.followers = followers
     q.idle_since = None
 
 
@@ -198,6 +220,26 @@ def record_ack(q: Quiescence, follower: str, term: int, last_index: int, followe
     return False
 
 
+def leave_out_unreachable(q: Quiescence, reachable: frozenset[str], voters: int) -> bool:
+    """Leader, quiet: leave out the followers it quiesced with that are no longer reachable.
+
+    False (and nothing changes) when the reachable ones and the leader are no longer a majority
+    of the ``voters``: the group must wake (check quorum then deposes a leader cut off from its
+    majority). Leaving out the last follower a quiescing leader waited for makes it QUIESCENT.
+    """
+    if not q.quiet:
+        return True
+    kept = q.followers & reachable
+    if kept == q.followers:
+        return True
+    if len(kept) + 1 < majority(voters):
+        return False
+    q.followers = kept
+    if q.state is QuiescenceState.QUIESCING and kept <= q.acked:
+        q.transition_to(QuiescenceState.QUIESCENT)
+    return True
+
+
 def leader_wake_reason(
     q: Quiescence,
     *,
@@ -208,8 +250,13 @@ def leader_wake_reason(
     followers_alive: bool,
     followers_connected: bool,
     membership_busy: bool,
+    left_out_reachable: bool = False,
 ) -> WakeReason | None:
-    """Leader, on each tick while quiet: why it must heartbeat again (None: stay quiet)."""
+    """Leader, on each tick while quiet: why it must heartbeat again (None: stay quiet).
+
+    ``followers_alive`` and ``followers_connected`` are of the followers it quiesced with;
+    ``left_out_reachable``: a follower it left out is reachable again (it has entries to catch up on).
+    """
     mark = q.mark
     if not q.quiet or mark is None:
         return None
@@ -223,6 +270,8 @@ def leader_wake_reason(
         return WakeReason.DISCONNECTED
     if not followers_alive:
         return WakeReason.PEER_LAPSED
+    if left_out_reachable:
+        return WakeReason.PEER_RETURNED
     return None
 
 

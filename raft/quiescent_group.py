@@ -1,14 +1,16 @@
 """Quiescent groups for PySyncObj: a SyncObj mixin (rules in ``raft.quiescence``, liveness in ``raft.links``).
 
-* **Leader.** On each tick of an active ready leader the mixin checks ``leader_idle``; after
-  ``quiesce_after_s`` of it, it sends every follower ``QUIESCE`` with its mark and stops
+* **Leader.** On each tick of an active ready leader the mixin checks ``quiescing_followers``;
+  after ``quiesce_after_s`` of it, it sends those followers ``QUIESCE`` with its mark and stops
   PySyncObj's heartbeats (``__newAppendEntriesTime`` is pushed back every tick; an
   AppendEntries with entries still goes out at once). It re-sends the mark every heartbeat
   interval to followers that have not acknowledged it. While quiet, each follower whose node
   is heard counts as having answered when its node was last heard (PySyncObj's leader
   fallback, check quorum and read leases then see the node heartbeats instead of the group's).
-  A proposal, a follower asking for entries or votes, a membership change, a transfer, a
-  dropped connection or a lapsed follower node wakes it: heartbeats resume in the same tick.
+  A proposal, a follower asking for entries or votes, a membership change or a transfer
+  wakes it: heartbeats resume in the same tick. A follower whose node falls silent or whose
+  connection drops is left out while a majority stays reachable (otherwise the group wakes);
+  a left-out follower reachable again wakes it, to be caught up.
 * **Follower.** It accepts a mark from the leader it follows when its log ends at the mark's
   entry with the same commit index (``follower_accepts_mark``), answers ``QUIESCE_ACK``, and
   from then on counts the leader's node heartbeats as contact with the leader: its election
@@ -45,11 +47,12 @@ from raft.quiescence import (
     follower_wake_reason,
     follower_wakes_on_message,
     leader_contact,
-    leader_idle,
     leader_should_quiesce,
     leader_wake_reason,
     leader_wakes_on_message,
+    leave_out_unreachable,
     node_alive,
+    quiescing_followers,
     record_ack,
 )
 
@@ -143,7 +146,8 @@ class QuiescentGroup:
     def txb_peer_lapsed(self, peer: str, restarted: bool) -> bool:
         """Node ``peer`` fell silent (or restarted): wake if it matters to this replica; True if it woke.
 
-        A quiet leader wakes for any follower; a quiescent follower for its leader only (a
+        A quiet leader leaves a silent follower out while a majority of the group is still
+        reachable, and wakes otherwise; a quiescent follower wakes for its leader only (a
         silent fellow follower changes nothing for it). A restart wakes any replica the node
         is a voter of: a restarted leader lost its leadership, a restarted follower may have
         lost entries it had not written.
@@ -152,13 +156,19 @@ class QuiescentGroup:
         if not q.quiet:
             return False
         voters = {str(n.id) for n in patches.other_nodes(self)}
+        reason: WakeReason | None = None
         if patches.raft_state(self) == _LEADER:
-            matters = peer in voters
-        else:
-            matters = peer == q.leader or (restarted and peer in voters)
-        if matters:
-            self.txb_wake(WakeReason.PEER_LAPSED)
-        return matters
+            if peer in voters and restarted:
+                reason = WakeReason.PEER_LAPSED
+            elif peer in voters:
+                reason = self._txb_leader_wake_reason(q, patches.syncobj_clock())
+        elif peer == q.leader or (restarted and peer in voters):
+            reason = WakeReason.PEER_LAPSED
+        if reason is None:
+            self._txb_set_quiet()
+            return False
+        self.txb_wake(reason)
+        return True
 
     # --- tick ---------------------------------------------------------------------------------
 
@@ -220,18 +230,22 @@ class QuiescentGroup:
             self._txb_follow_node_heartbeat(heard)
 
     def _txb_leader_wake_reason(self, q: Quiescence, now: float) -> WakeReason | None:
-        followers = self._txb_followers()
-        connected = patches.connected_nodes(self)
-        alive = all(node_alive(now, self._txb_heard(str(n.id), now), self.liveness_timeout_s) for n in followers)
+        followers = [str(n.id) for n in self._txb_followers()]
+        connected = {str(n.id) for n in patches.connected_nodes(self)}
+        alive = {f for f in followers if node_alive(now, self._txb_heard(f, now), self.liveness_timeout_s)}
+        reachable = frozenset(alive & connected)
+        leave_out_unreachable(q, reachable, len(followers) + 1)
+        kept = q.followers
         return leader_wake_reason(
             q,
             is_leader=True,
             term=int(self.raftCurrentTerm),  # type: ignore[attr-defined]
             last_index=patches.last_log_position(self)[1],
             queued_commands=_queued(self),
-            followers_alive=alive,
-            followers_connected=all(n in connected for n in followers),
+            followers_alive=kept <= alive,
+            followers_connected=kept <= connected,
             membership_busy=bool(patches.readonly_nodes(self)) or patches.transfer_in_progress(self),
+            left_out_reachable=not reachable <= kept,
         )
 
     def _txb_leader_stay_quiet(self, q: Quiescence, now: float) -> None:
@@ -271,8 +285,10 @@ class QuiescentGroup:
             q.idle_since = None
             return
         view = self._txb_leader_view(now)
-        if leader_should_quiesce(q, leader_idle(view, now, self.liveness_timeout_s), now, self.quiesce_after_s):
-            begin_quiescing(q, QuiesceMark(view.term, view.last_index, view.last_term, view.commit_index))
+        followers = quiescing_followers(view, now, self.liveness_timeout_s)
+        if leader_should_quiesce(q, followers is not None, now, self.quiesce_after_s) and followers is not None:
+            mark = QuiesceMark(view.term, view.last_index, view.last_term, view.commit_index)
+            begin_quiescing(q, mark, followers)
             self.quiesce_count += 1
             self.__dict__["_SyncObj__newAppendEntriesTime"] = now + self.heartbeat_s
             self._txb_send_mark(q, now)
@@ -315,7 +331,7 @@ class QuiescentGroup:
         }
         transport = patches.transport_of(self)
         for node in self._txb_followers():
-            if str(node.id) not in q.acked:
+            if str(node.id) in q.followers and str(node.id) not in q.acked:
                 transport.send(node, message)
 
     # --- messages -------------------------------------------------------------------------------
@@ -410,8 +426,8 @@ class QuiescentGroup:
             term, last_index = int(message["term"]), int(message["last_index"])
         except (KeyError, TypeError, ValueError):
             return
-        followers = [str(n.id) for n in self._txb_followers()]
-        record_ack(q, str(node.id), term, last_index, followers)
+        if str(node.id) in q.followers:
+            record_ack(q, str(node.id), term, last_index, q.followers)
         self._txb_set_quiet()
 
     # --- leases (any thread) --------------------------------------------------------------------

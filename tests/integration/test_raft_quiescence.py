@@ -70,7 +70,7 @@ def test_an_idle_group_quiesces_everywhere_and_a_proposal_wakes_and_commits_it(t
     run(scenario)
 
 
-def test_a_follower_restart_wakes_the_group_and_the_follower_catches_up(tmp_path: pathlib.Path) -> None:
+def test_a_stopped_follower_is_left_out_and_its_restart_wakes_the_group_to_catch_it_up(tmp_path: pathlib.Path) -> None:
     async def scenario() -> None:
         c = Cluster(tmp_path, ["qa"], settings=SETTINGS)
         try:
@@ -80,10 +80,14 @@ def test_a_follower_restart_wakes_the_group_and_the_follower_catches_up(tmp_path
             await eventually(lambda: _all_quiescent(c, ["qa"]), 10, "every replica quiescent")
             follower = next(i for i in range(3) if i != leader_i)
             leader = c.group(leader_i, "qa")
+            wakes = leader.wake_count()
             # When: a follower's node stops.
             c.stop_node(follower)
-            # Then: its silence wakes the leader's group (no ack of anything is pending: only liveness tells).
-            await eventually(lambda: leader.quiescence() is QuiescenceState.ACTIVE, 5, "the leader awake")
+            # Then: the leader leaves it out and stays quiescent with the other follower (a majority), without
+            # waking: one dead node does not keep the groups it shares awake
+            await eventually(lambda: bool(leader.left_out()), 5, "the stopped follower left out")
+            assert leader.quiescence() is QuiescenceState.QUIESCENT and leader.wake_count() == wakes
+            # and a write still commits (it wakes the group, and the majority is there)
             assert await c.submit("qa", b"add:k:1") == 2
             # When: it comes back, it catches up with what it missed, and the group quiesces again.
             c.start_node(follower)

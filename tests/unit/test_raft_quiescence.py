@@ -25,7 +25,9 @@ from raft.quiescence import (
     leader_should_quiesce,
     leader_wake_reason,
     leader_wakes_on_message,
+    leave_out_unreachable,
     node_alive,
+    quiescing_followers,
     record_ack,
 )
 
@@ -63,9 +65,9 @@ def _view(**overrides: object) -> LeaderView:
     return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
 
 
-def _quiescing() -> Quiescence:
+def _quiescing(followers: frozenset[str] = frozenset({F1, F2})) -> Quiescence:
     q = Quiescence()
-    begin_quiescing(q, MARK)
+    begin_quiescing(q, MARK, followers)
     return q
 
 
@@ -130,9 +132,9 @@ def test_a_caught_up_committed_group_with_live_followers_is_idle() -> None:
         ({"last_applied": 39}, "last entry not applied"),
         ({"match_index": {F1: 40, F2: 39}}, "a follower is behind"),
         ({"match_index": {}}, "no follower known"),
-        ({"connected": frozenset({F1})}, "a follower is not connected"),
-        ({"follower_heard": {F1: 99.9, F2: 99.0}}, "a follower's node lapsed"),
-        ({"follower_heard": {F1: 99.9}}, "a follower's node never heard"),
+        ({"connected": frozenset()}, "no follower connected: no majority reachable"),
+        ({"follower_heard": {F1: 99.0, F2: 99.0}}, "both followers' nodes lapsed: no majority reachable"),
+        ({"follower_heard": {F1: 99.9}, "match_index": {F1: 39, F2: 40}}, "the reachable follower is behind"),
         ({"has_learners": True}, "learners are being fed"),
         ({"change_pending": True}, "membership change uncommitted"),
         ({"transfer_in_progress": True}, "leadership transfer"),
@@ -140,6 +142,36 @@ def test_a_caught_up_committed_group_with_live_followers_is_idle() -> None:
 )
 def test_a_leader_with_anything_to_do_is_not_idle(overrides: dict[str, object], why: str) -> None:
     assert not leader_idle(_view(**overrides), 100.0, LIVENESS), why
+
+
+@pytest.mark.parametrize(
+    ("overrides", "why"),
+    [
+        ({"connected": frozenset({F1})}, "F2's replica is not connected"),
+        ({"follower_heard": {F1: 99.9, F2: 99.0}}, "F2's node lapsed"),
+        ({"follower_heard": {F1: 99.9}}, "F2's node never heard"),
+        ({"follower_heard": {F1: 99.9, F2: 99.0}, "match_index": {F1: 40, F2: 12}}, "F2 behind, but silent"),
+    ],
+)
+def test_a_follower_on_a_silent_node_is_left_out_while_a_majority_is_caught_up(
+    overrides: dict[str, object], why: str
+) -> None:
+    assert quiescing_followers(_view(**overrides), 100.0, LIVENESS) == frozenset({F1}), why
+    assert quiescing_followers(_view(), 100.0, LIVENESS) == frozenset({F1, F2})
+
+
+def test_five_voters_quiesce_past_two_silent_followers_but_not_three() -> None:
+    f3, f4 = "n3:1", "n4:1"
+    five = {
+        "match_index": {F1: 40, F2: 40, f3: 40, f4: 40},
+        "connected": frozenset({F1, F2, f3, f4}),
+        "follower_heard": {F1: 99.9, F2: 99.9, f3: 99.9, f4: 99.9},
+    }
+    assert quiescing_followers(_view(**five), 100.0, LIVENESS) == frozenset({F1, F2, f3, f4})
+    two_silent = {**five, "follower_heard": {F1: 99.9, F2: 99.9}}
+    assert quiescing_followers(_view(**two_silent), 100.0, LIVENESS) == frozenset({F1, F2})
+    three_silent = {**five, "follower_heard": {F1: 99.9}}
+    assert quiescing_followers(_view(**three_silent), 100.0, LIVENESS) is None
 
 
 def test_a_leader_quiesces_only_after_being_idle_for_the_whole_wait() -> None:
@@ -209,6 +241,34 @@ def test_a_quiet_leader_wakes_on_proposals_role_changes_membership_and_lapsed_pe
     overrides: dict[str, object], reason: WakeReason
 ) -> None:
     assert _leader_wake(_quiescent_leader(), **overrides) is reason
+
+
+def test_a_quiet_leader_leaves_out_a_follower_that_falls_silent_while_a_majority_remains() -> None:
+    q = _quiescent_leader()
+    assert leave_out_unreachable(q, frozenset({F1}), 3)
+    assert q.followers == frozenset({F1}) and q.state is QuiescenceState.QUIESCENT
+    assert _leader_wake(q) is None  # the followers it kept are alive and connected
+    # the other follower too: no majority left, nothing changes and the caller wakes the group
+    assert not leave_out_unreachable(q, frozenset(), 3)
+    assert q.followers == frozenset({F1})
+    assert _leader_wake(q, followers_alive=False) is WakeReason.PEER_LAPSED
+
+
+def test_leaving_out_the_last_follower_a_quiescing_leader_waited_for_makes_it_quiescent() -> None:
+    q = _quiescing()
+    record_ack(q, F1, 3, 40, q.followers)
+    assert q.state is QuiescenceState.QUIESCING
+    assert leave_out_unreachable(q, frozenset({F1}), 3)
+    assert q.state is QuiescenceState.QUIESCENT and q.followers == frozenset({F1})
+
+
+def test_a_left_out_follower_reachable_again_wakes_the_leader_to_catch_it_up() -> None:
+    q = _quiescing(frozenset({F1}))
+    assert record_ack(q, F1, 3, 40, q.followers)
+    assert q.state is QuiescenceState.QUIESCENT
+    assert _leader_wake(q) is None
+    assert _leader_wake(q, left_out_reachable=True) is WakeReason.PEER_RETURNED
+    assert q.wake(WakeReason.PEER_RETURNED) and q.followers == frozenset()
 
 
 def test_a_late_answer_to_the_last_heartbeat_does_not_wake_a_quiet_leader() -> None:
