@@ -26,6 +26,7 @@ import statistics
 import threading
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from cluster.health import scrape
@@ -33,6 +34,7 @@ from cluster.health import scrape
 from .harness import BenchCluster, fresh_cluster, http_json
 from .measure import host_cpu, pct, proc_stat, sum_samples
 from .produce_load import drive_produce
+from .profiling import start_profile, summarize_profile
 from .raft_idle import wait_settled
 
 IDLE_TOPIC = "idle"
@@ -40,6 +42,7 @@ CREATE_TOPIC = "many"
 LOAD_TOPIC = "bench"
 PROBE_INTERVAL_S = 0.05
 POLL_S = 0.1
+PROFILE_FAILOVER_S = 8  # ``--profile``: seconds of the survivors' stacks from the kill on
 CAMPAIGN_COUNTERS = ("raft_campaigns_total", "raft_campaigns_waited_total", "raft_campaigns_staggered_total")
 
 
@@ -172,10 +175,21 @@ def scenario_failover_many(opts: argparse.Namespace, shared: dict[str, Any]) -> 
         led = {p["partition"] for p in parts if p["leader"] == victim}
         survivors = [c.node_id for c in cluster.configs if c.node_id != victim]
         before = campaign_counters(cluster, survivors)
+        prof: list[Any] = []
+        if opts.profile:  # the survivors, over the failover's first seconds
+            for node in survivors:
+                path = Path(opts.profile).resolve() / f"failover-node{node}.txt"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                prof.append((start_profile(cluster.procs[node].pid, PROFILE_FAILOVER_S, path), path, node))
         t_kill = time.monotonic()
         cluster.kill(victim)
         times = poll_new_leaders(cluster, survivors, victim, led, opts.failover_timeout, t_kill)
         after = campaign_counters(cluster, survivors)
+        profiles = {
+            f"node{node}": {"file": str(path), **summarize_profile(path)}
+            for proc, path, node in prof
+            if proc is not None and proc.wait(60) == 0 and path.exists()
+        }
     got = sorted(times.values())
     missing = len(led) - len(got)
     out: dict[str, Any] = {
@@ -186,6 +200,8 @@ def scenario_failover_many(opts: argparse.Namespace, shared: dict[str, Any]) -> 
         out.update({"p50_s": round(pct(got, 0.5), 2), "p99_s": round(pct(got, 0.99), 2), "max_s": round(got[-1], 2),
                     "mean_s": round(statistics.fmean(got), 2)})  # fmt: skip
     out["survivors_campaigns"] = {k: after[k] - before[k] for k in after}
+    if profiles:
+        out["profile"] = profiles
     out["target_all_le_5s"] = missing == 0 and bool(got) and got[-1] <= 5.0
     return out
 

@@ -17,7 +17,8 @@ with the greater address, as in PySyncObj):
 Authentication: the dialer reports itself connected (``onConnected``) only
 after the accept frame verified, the acceptor accepts messages only after
 they verified; a frame that fails verification closes the connection.
-Nothing is unpickled before it verified. Until a connection has verified one
+Nothing is unpickled before it verified, and then only as plain data (``loads_data``: no class
+is ever looked up, so a message cannot name code to run even with the cluster key). Until a connection has verified one
 frame, frames are limited to ``HANDSHAKE_MAX_FRAME`` bytes and the handshake
 to ``handshake_timeout`` seconds (``check_deadline``), so an unauthenticated
 peer can neither make us buffer much nor hold a connection slot for long.
@@ -26,7 +27,7 @@ Buffers are ``bytearray`` with a read/write offset (PySyncObj's ``bytes +=``
 and re-slicing is quadratic in the backlog); a frame is written straight to
 the socket when nothing is queued before it. No zlib.
 
-``decode`` turns a verified frame's plaintext into the message delivered (default: unpickle;
+``decode`` turns a verified frame's plaintext into the message delivered (default: ``loads_data``;
 a node link takes the bytes and unpacks its batch itself: ``raft.links``).
 
 Thread-safety: not thread-safe. Every method runs in the owning group's
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import enum
 import errno
+import io
 import logging
 import pickle
 import socket
@@ -67,6 +69,20 @@ _MIN_FREE = 64 << 10
 _SHRINK_ABOVE = 4 << 20
 _WOULD_BLOCK = (errno.EAGAIN, errno.EWOULDBLOCK)
 PICKLE_PROTOCOL = 4
+
+
+class _DataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"a Raft message names no class ({module[:40]}.{name[:40]} refused)")
+
+
+def loads_data(payload: bytes) -> Any:
+    """A Raft message: pickled plain data only (dicts, lists, tuples, strings, bytes, numbers, None).
+
+    Every global (a class, a function) is refused with ``pickle.UnpicklingError``: PySyncObj's
+    messages and txbroker's own are plain data, and their commands travel as bytes inside.
+    """
+    return _DataUnpickler(io.BytesIO(payload)).load()
 
 
 def encode_preamble(group_id: str, nonce: bytes) -> bytes:
@@ -221,7 +237,7 @@ class FrameConnection:
         recvBufferSize: int = 2**16,
         keepalive: tuple[int, int, int] | None = None,
         on_rejected: Callable[[str], None] | None = None,
-        decode: Callable[[bytes], Any] = pickle.loads,
+        decode: Callable[[bytes], Any] = loads_data,
     ) -> None:
         self._poller = poller
         self._decode = decode

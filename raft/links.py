@@ -51,7 +51,7 @@ from typing import Any, Protocol
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
 from raft import link_frames
-from raft.connection import PICKLE_PROTOCOL, FrameConnection
+from raft.connection import PICKLE_PROTOCOL, FrameConnection, loads_data
 
 logger = logging.getLogger(__name__)
 
@@ -515,7 +515,7 @@ class NodeLinks:
 
 def _control(payload: bytes) -> tuple[Any, ...] | None:
     try:
-        message = pickle.loads(payload)
+        message = loads_data(payload)
     except Exception:
         return None
     return message if isinstance(message, tuple) and message else None

@@ -36,6 +36,7 @@ from raft.connection import (
     PREAMBLE_HEADER,
     PREAMBLE_MAGIC,
     PREAMBLE_VERSION,
+    loads_data,
 )
 from raft.frame_crypto import NONCE_BYTES
 from raft.links import NodeLinks
@@ -161,7 +162,7 @@ class LinkTransport(Transport):  # type: ignore[misc]  # PySyncObj is untyped
         node = self._nodeAddrToNode.get(address)
         if node is None or self._destroyed:
             return False
-        message = pickle.loads(payload)
+        message = loads_data(payload)
         if node not in self._connected:
             self._present(node)
         if isinstance(message, dict) and message.get("type") == HERE:

@@ -407,3 +407,22 @@ def test_frames_are_identical_without_encrypt_into(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(frame_crypto, "_HAS_ENCRYPT_INTO", False)
     slow = FrameCipher(key, GROUP, nd, na, dialer=True).seal(b"payload" * 100)
     assert fast == slow
+
+
+class _Named:
+    """Any class: a message naming one is refused, whatever the class does when built."""
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (print, ("ran code from a Raft message",))
+
+
+def test_raft_messages_unpickle_as_plain_data_and_a_message_naming_a_class_is_refused() -> None:
+    import pickle
+
+    from raft.connection import PICKLE_PROTOCOL, loads_data
+
+    message = {"type": "append_entries", "term": 3, "entries": [(b"cmd", 7, 3)], "x": None, "f": 1.5, "s": {1}}
+    assert loads_data(pickle.dumps(message, PICKLE_PROTOCOL)) == message
+    for hostile in (_Named(), print, {"type": "append_entries", "entries": [_Named()]}, ValueError("x")):
+        with pytest.raises(pickle.UnpicklingError, match="names no class"):
+            loads_data(pickle.dumps(hostile, PICKLE_PROTOCOL))
