@@ -19,7 +19,6 @@ that thread (atomic under the GIL) and may be called from any thread.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
@@ -347,8 +346,9 @@ class RaftGroup:
         if self._on_event is None:
             return
         event = LeadershipEvent(self.group_id, state[0], state[1], state[2])
-        with contextlib.suppress(RuntimeError):  # loop closed: nobody listens any more
-            self._loop.call_soon_threadsafe(self._on_event, event)
+        # Batched with everything else of the shard's pass: when a node dies, thousands of groups change
+        # leader within a few passes, and one loop wake-up per group would hand the GIL back and forth.
+        self._shard.post(self._loop, functools.partial(self._on_event, event))
 
     # --- state machine bridge (shard thread) --------------------------------
 
