@@ -180,6 +180,11 @@ class Node:
         )
         self.peer_view = PeerView(config, ssl_context=client_ssl, nodes=self.nodes)
         self.state_versions = StateVersions()  # what /v1/internal/state tells each peer (its deltas)
+        # the partitions' states as last read (``_partition_states``)
+        self._states_generation: tuple[tuple[int, int], ...] | None = None
+        self._states: dict[str, dict[str, Any]] = {}
+        self._unsettled: set[str] = set()  # read while not quiet (or still applying): read again each time
+        self._replica_of: dict[str, LocalReplica] = {}
         self.peer_client.reachable = self.peer_view.is_alive
         self.peer_client.relays = self._relays_to
         self.replicas = ReplicaManager(
@@ -377,7 +382,7 @@ class Node:
     # ---- what peers and Prometheus read ------------------------------------------
 
     def internal_state_json(self, epoch: str | None = None, since: int | None = None) -> dict[str, Any]:
-        self.state_versions.record(self._group_states())
+        self.state_versions.record(*self._group_states())
         delta = self.state_versions.since(epoch, since)
         return {
             "node_id": self.config.node_id,
@@ -389,23 +394,53 @@ class Node:
             "removed": delta.removed,
         }
 
-    def _group_states(self) -> dict[str, dict[str, Any]]:
-        me = self.config.node_id
-        parts: dict[str, dict[str, Any]] = {}
-        for rep in self.replicas.replicas.values():
-            group, log = rep.group, rep.log
-            parts[group.group_id] = {
-                "topic": rep.topic.name,
-                "partition": rep.partition,
-                "leader": me if group.is_leader() else rep.leader_id,
-                "term": group.term(),
-                "high_watermark": log.high_watermark,
-                "last_stable_offset": log.last_stable_offset,
-                "log_start_offset": log.log_start_offset,
-            }
-        parts.update(self.txn.groups.state_json())
-        parts.update(self.groups.groups.state_json())
-        return parts
+    def _group_states(self) -> tuple[dict[str, dict[str, Any]], set[str] | None]:
+        """Every local group's state, and which of them were read again (None: all of them)."""
+        parts, touched = self._partition_states()
+        for internal in (self.txn.groups.state_json(), self.groups.groups.state_json()):
+            parts.update(internal)
+            if touched is not None:
+                touched.update(internal)
+        return parts, touched
+
+    def _partition_states(self) -> tuple[dict[str, dict[str, Any]], set[str] | None]:
+        """Every local partition's state. While no group came, went, quieted or woke (``quiet_generation``),
+        only the groups that are not quiet (and quiet ones still applying) are read again: a quiet group's
+        log, term and leader do not change, so thousands of idle partitions cost nothing per poll."""
+        generation = self.raft.quiet_generation()
+        touched: set[str] | None = None
+        if generation != self._states_generation:
+            self._states_generation = generation
+            self._states, self._unsettled, self._replica_of = {}, set(), {}
+            for rep in self.replicas.replicas.values():
+                self._replica_of[rep.group.group_id] = rep
+                self._read_state(rep)
+        else:
+            touched = set()
+            for gid in self.raft.loud_group_ids() | self._unsettled:
+                found = self._replica_of.get(gid)
+                if found is not None:
+                    self._read_state(found)
+                    touched.add(gid)
+        return dict(self._states), touched
+
+    def _read_state(self, rep: LocalReplica) -> None:
+        group, log = rep.group, rep.log
+        gid = group.group_id
+        settled = group.quiet_settled()
+        self._states[gid] = {
+            "topic": rep.topic.name,
+            "partition": rep.partition,
+            "leader": self.config.node_id if group.is_leader() else rep.leader_id,
+            "term": group.term(),
+            "high_watermark": log.high_watermark,
+            "last_stable_offset": log.last_stable_offset,
+            "log_start_offset": log.log_start_offset,
+        }
+        if settled:
+            self._unsettled.discard(gid)
+        else:
+            self._unsettled.add(gid)
 
     def metrics_sample(self) -> NodeSample:
         parts, unavailable = self.partitions.samples()

@@ -16,7 +16,7 @@ Pure: the node records its current states (``record``) and answers polls (``sinc
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,12 +47,21 @@ class StateVersions:
         self._removed: dict[str, int] = {}  # group id -> version of its removal, in version order
         self._forgotten = 0  # removals at or below this version are no longer remembered
 
-    def record(self, current: Mapping[str, Entry]) -> None:
-        """Take the node's current states: what differs from the last record gets a new version."""
+    def record(self, current: Mapping[str, Entry], touched: Iterable[str] | None = None) -> None:
+        """Take the node's current states: what differs from the last record gets a new version.
+
+        ``touched``: the only groups whose entries may differ from the last record (the caller read
+        only these again, and no group came or went); None: any may.
+        """
         entries = self._entries
-        changed = [gid for gid, entry in current.items() if (old := entries.get(gid)) is None or old[0] != entry]
+        candidates = current if touched is None else [gid for gid in touched if gid in current]
+        changed = [
+            gid
+            for gid in candidates
+            if (old := entries.get(gid)) is None or (old[0] is not (entry := current[gid]) and old[0] != entry)
+        ]
         new = sum(1 for gid in changed if gid not in entries)
-        gone = [gid for gid in entries if gid not in current] if len(entries) + new > len(current) else []
+        gone = [gid for gid in entries if gid not in current] if len(entries) + new != len(current) else []
         if not changed and not gone:
             return
         self.version += 1

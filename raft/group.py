@@ -282,6 +282,12 @@ class RaftGroup:
         so = self._so
         return QuiescenceState.ACTIVE if so is None or self._destroyed else so.txb_quiescence_state()
 
+    def quiet_settled(self) -> bool:
+        """Quiet, with everything committed applied: its log, term and leader stay as they are until it wakes
+        (a follower may still be applying what it learned committed with the leader's mark; any thread)."""
+        so = self._so
+        return so is not None and not self._destroyed and so.txb_quiet and so.raftLastApplied == so.raftCommitIndex
+
     def wake_count(self) -> int:
         """How many times this replica woke from quiescence (any thread)."""
         so = self._so

@@ -181,6 +181,18 @@ class RaftNode:
             if group.quiescence() is not QuiescenceState.ACTIVE and peer in group.voters():
                 group.peer_lapsed(peer, restarted)
 
+    def quiet_generation(self) -> tuple[tuple[int, int], ...]:
+        """Changes whenever a group of this node comes, goes, quiets or wakes (any thread): while it does not,
+        the quiet groups' logs, terms and leaders stay as they were."""
+        return tuple(shard.quiet_version() for shard in self._shards)
+
+    def loud_group_ids(self) -> set[str]:
+        """The groups of this node that are not quiet (any thread)."""
+        out: set[str] = set()
+        for shard in self._shards:
+            out |= shard.loud_group_ids()
+        return out
+
     def quiescent_groups(self) -> int:
         """How many groups of this node are quiescent (leader or follower; any thread)."""
         return sum(1 for g in list(self._groups.values()) if g.quiescence() is QuiescenceState.QUIESCENT)

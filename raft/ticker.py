@@ -304,6 +304,14 @@ class TickerShard:
         else:
             self.quiet.discard(group_id)
 
+    def quiet_version(self) -> tuple[int, int]:
+        """Changes whenever a group comes, goes, quiets or wakes (any thread)."""
+        return (self.groups.version, self._quiet_version)
+
+    def loud_group_ids(self) -> set[str]:
+        """The groups that are not quiet (any thread: each copy is made in one step under the GIL)."""
+        return set(self.groups) - set(self.quiet)
+
     def tick_slowly(self, group_id: str, when: float) -> None:
         """Tick ``group_id`` at the first full pass at or after ``when`` (shard thread only)."""
         heapq.heappush(self._slow, (when, group_id))

@@ -27,6 +27,7 @@ from raft.connection import ACCEPT_MESSAGE, PREAMBLE_HEADER, Phase, encode_pream
 from raft.frame_crypto import NONCE_BYTES, FrameCipher, cluster_key, new_nonce
 from raft.links import LINK_CHANNEL
 from tests.raft_support.cluster import PASSWORD, Cluster, eventually, run
+from tests.raft_support.wire import read_until_closed, recv_exactly
 
 pytestmark = pytest.mark.integration
 
@@ -276,27 +277,6 @@ def test_transfer_leadership_moves_the_leader(tmp_path: pathlib.Path) -> None:
     run(scenario)
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, "closed early"
-        data += chunk
-    return data
-
-
-def _read_until_closed(sock: socket.socket, timeout: float) -> bool:
-    sock.settimeout(timeout)
-    try:
-        while True:
-            if not sock.recv(4096):
-                return True
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except TimeoutError:
-        return False
-
-
 def test_wrong_password_peer_is_rejected_and_cannot_affect_group(tmp_path: pathlib.Path) -> None:
     async def scenario() -> None:
         c = Cluster(tmp_path, ["a"])
@@ -330,10 +310,10 @@ def test_wrong_password_peer_is_rejected_and_cannot_affect_group(tmp_path: pathl
             with socket.create_connection((host, int(port)), timeout=5) as s:
                 nonce = new_nonce()
                 s.sendall(encode_preamble(LINK_CHANNEL, nonce))
-                acceptor_nonce = _recv_exactly(s, NONCE_BYTES)
+                acceptor_nonce = recv_exactly(s, NONCE_BYTES)
                 wrong = FrameCipher(cluster_key("nope"), LINK_CHANNEL, nonce, acceptor_nonce, dialer=True)
                 s.sendall(wrong.seal(pickle.dumps(c.addrs[2])))
-                assert _read_until_closed(s, 5)
+                assert read_until_closed(s, 5)
         finally:
             c.close()
 
@@ -359,7 +339,7 @@ def test_garbage_and_unknown_group_are_closed_listener_survives(tmp_path: pathli
                 before = node0.rejected_connections
                 with socket.create_connection((host, int(port)), timeout=5) as s:
                     s.sendall(probe)
-                    assert _read_until_closed(s, 5), probe
+                    assert read_until_closed(s, 5), probe
                 await eventually(lambda b=before: node0.rejected_connections > b, 5, "counted")
             # Half a preamble then hang up.
             with socket.create_connection((host, int(port)), timeout=5) as s:
@@ -396,7 +376,7 @@ def test_connections_silent_before_their_preamble_are_closed_at_their_deadline(
                     s.sendall(b"TX")  # part of a preamble, then silence
                     socks.append(s)
                 for s in socks:
-                    assert _read_until_closed(s, 5.0)  # the deadline is 1 s
+                    assert read_until_closed(s, 5.0)  # the deadline is 1 s
             finally:
                 for s in socks:
                     s.close()
@@ -444,9 +424,9 @@ class _FakeAcceptor:
     def answer_preamble(self, secret: str) -> FrameCipher:
         """Read the dialer's preamble, send our nonce; the acceptor-side cipher for ``secret``."""
         self.pump(lambda: self.conn.phase is Phase.AWAIT_NONCE)
-        header = _recv_exactly(self.peer, PREAMBLE_HEADER.size)
+        header = recv_exactly(self.peer, PREAMBLE_HEADER.size)
         length = PREAMBLE_HEADER.unpack(header)[2]
-        dialer_nonce = _recv_exactly(self.peer, length + NONCE_BYTES)[length:]
+        dialer_nonce = recv_exactly(self.peer, length + NONCE_BYTES)[length:]
         nonce = new_nonce()
         self.peer.sendall(nonce)
         return FrameCipher(cluster_key(secret), "g", dialer_nonce, nonce, dialer=False)
@@ -466,7 +446,7 @@ def test_dialer_connects_only_after_the_accept_frame_verifies() -> None:
         f.peer.sendall(cipher.seal(ACCEPT_MESSAGE))
         f.pump(lambda: bool(f.connected))
         f.conn.send("hello")
-        body = _recv_exactly(f.peer, 4 + len(pickle.dumps("hello", 4)) + 16)[4:]
+        body = recv_exactly(f.peer, 4 + len(pickle.dumps("hello", 4)) + 16)[4:]
         assert pickle.loads(cipher.open(body)) == "hello"
     finally:
         f.close()
@@ -480,7 +460,7 @@ def test_dialer_rejects_an_acceptor_without_the_secret() -> None:
         f.pump(lambda: bool(f.disconnected))
         assert not f.connected
         assert "authentication" in f.rejected[0]
-        assert _read_until_closed(f.peer, 5)
+        assert read_until_closed(f.peer, 5)
     finally:
         f.close()
 

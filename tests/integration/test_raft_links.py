@@ -7,19 +7,19 @@ the Raft port closes only the forger's connection and changes nothing.
 
 from __future__ import annotations
 
-import os
 import pathlib
 import socket
-import time
-from collections.abc import Callable
 
 import pytest
 
+from bench.raft_idle import sockets
 from raft.connection import encode_preamble
 from raft.frame_crypto import NONCE_BYTES, FrameCipher, cluster_key, new_nonce
 from raft.links import LINK_CHANNEL
 from raft.node_host import HostProcess
 from tests.raft_support.cluster import PASSWORD, free_port
+from tests.raft_support.hosts import wait_until
+from tests.raft_support.wire import read_until_closed, recv_exactly
 
 pytestmark = pytest.mark.integration
 
@@ -32,34 +32,6 @@ def _start(i: int, addrs: list[str], tmp: pathlib.Path) -> HostProcess:
         "--groups", str(N_GROUPS), "--password", PASSWORD, "--log-level", "INFO",
     ]  # fmt: skip
     return HostProcess(args, stderr_path=str(tmp / f"n{i}.log"))
-
-
-def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def _established_tcp(pid: int) -> int:
-    """Established TCP connections the process holds (its sockets matched against /proc/<pid>/net/tcp*)."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    count = 0
-    for table in ("tcp", "tcp6"):
-        with open(f"/proc/{pid}/net/{table}") as f:
-            for line in f.readlines()[1:]:
-                fields = line.split()
-                if fields[3] == "01" and fields[9] in inodes:
-                    count += 1
-    return count
 
 
 def _all_ready(procs: dict[int, HostProcess]) -> bool:
@@ -87,14 +59,14 @@ def test_groups_share_one_connection_per_peer_and_a_restarted_peer_reconnects_ev
     try:
         for i in range(3):
             procs[i] = _start(i, addrs, tmp_path)
-        _wait(lambda: _all_ready(procs), 30, "a ready leader in every group")
-        _wait(lambda: _connected_everywhere(procs, addrs), 10, "every group connected to both peers")
+        wait_until(lambda: _all_ready(procs), 30, "a ready leader in every group")
+        wait_until(lambda: _connected_everywhere(procs, addrs), 10, "every group connected to both peers")
         for i, p in procs.items():
-            assert _established_tcp(p.pid) == 2, f"node {i}: one Raft connection per peer"
+            assert sockets(p.pid)[1] == 2, f"node {i}: one Raft connection per peer"
             assert p.request({"op": "links"})["ok"]["links_up"] == 2
         # SIGKILL a node and start it again from its data: every group reconnects to it.
         procs.pop(2).kill()
-        _wait(
+        wait_until(
             lambda: all(
                 addrs[2] not in r["connected"]
                 for r in procs[0].request(
@@ -105,10 +77,10 @@ def test_groups_share_one_connection_per_peer_and_a_restarted_peer_reconnects_ev
             "every group of node 0 sees node 2 disconnected",
         )
         procs[2] = _start(2, addrs, tmp_path)
-        _wait(lambda: _connected_everywhere(procs, addrs), 20, "every group reconnected to the restarted node")
-        _wait(lambda: _all_ready(procs), 30, "a ready leader in every group")
+        wait_until(lambda: _connected_everywhere(procs, addrs), 20, "every group reconnected to the restarted node")
+        wait_until(lambda: _all_ready(procs), 30, "a ready leader in every group")
         for i, p in procs.items():
-            assert _established_tcp(p.pid) == 2, f"node {i}: one Raft connection per peer after the restart"
+            assert sockets(p.pid)[1] == 2, f"node {i}: one Raft connection per peer after the restart"
         for g in range(N_GROUPS):
             leader = next(p for p in procs.values() if f"g{g}" in p.request({"op": "leaders"})["ready"])
             assert "ok" in leader.request({"op": "submit", "group": f"g{g}", "command": "x", "timeout": 5})
@@ -117,35 +89,14 @@ def test_groups_share_one_connection_per_peer_and_a_restarted_peer_reconnects_ev
             p.stop()
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, "closed early"
-        data += chunk
-    return data
-
-
-def _closed(sock: socket.socket, timeout: float) -> bool:
-    sock.settimeout(timeout)
-    try:
-        while sock.recv(4096):
-            pass
-        return True
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except TimeoutError:
-        return False
-
-
 def test_a_forged_frame_closes_only_its_connection_and_changes_nothing(tmp_path: pathlib.Path) -> None:
     addrs = sorted(f"127.0.0.1:{free_port()}" for _ in range(3))
     procs: dict[int, HostProcess] = {}
     try:
         for i in range(3):
             procs[i] = _start(i, addrs, tmp_path)
-        _wait(lambda: _all_ready(procs), 30, "a ready leader in every group")
-        _wait(lambda: _connected_everywhere(procs, addrs), 10, "every group connected to both peers")
+        wait_until(lambda: _all_ready(procs), 30, "a ready leader in every group")
+        wait_until(lambda: _connected_everywhere(procs, addrs), 10, "every group connected to both peers")
         target = procs[0]
         before = target.request({"op": "links"})["ok"]
         roles = target.request({"op": "roles"})["ok"]
@@ -153,11 +104,13 @@ def test_a_forged_frame_closes_only_its_connection_and_changes_nothing(tmp_path:
         with socket.create_connection((host, int(port)), timeout=5) as s:
             nonce = new_nonce()
             s.sendall(encode_preamble(LINK_CHANNEL, nonce))
-            acceptor_nonce = _recv_exactly(s, NONCE_BYTES)
+            acceptor_nonce = recv_exactly(s, NONCE_BYTES)
             cipher = FrameCipher(cluster_key("not-the-cluster-secret"), LINK_CHANNEL, nonce, acceptor_nonce, True)
             s.sendall(bytes(cipher.seal(b"\x00" * 64)))
-            assert _closed(s, 5)
-        _wait(lambda: target.request({"op": "links"})["ok"]["rejected"] > before["rejected"], 5, "rejection counted")
+            assert read_until_closed(s, 5)
+        wait_until(
+            lambda: target.request({"op": "links"})["ok"]["rejected"] > before["rejected"], 5, "rejection counted"
+        )
         after = target.request({"op": "links"})["ok"]
         assert after["links_up"] == 2 and after["messages_received"] >= before["messages_received"]
         now = target.request({"op": "roles"})["ok"]

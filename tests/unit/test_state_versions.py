@@ -78,3 +78,17 @@ def test_an_answer_without_versions_replaces_the_copy() -> None:
     held = {"old": {"leader": 2}}
     assert apply_delta(held, {"partitions": {"new": {"leader": 1}}}) == {"new": {"leader": 1}}
     assert apply_delta({"x": {}}, {"full": False, "partitions": "garbage", "removed": "garbage"}) == {"x": {}}
+
+
+def test_a_record_told_which_groups_were_read_again_compares_only_those() -> None:
+    sv = StateVersions("e1")
+    first = states(a=0, b=0, c=0)
+    sv.record(first)
+    again = dict(first)
+    again["b"] = {"leader": 1, "high_watermark": 4}
+    again["c"] = {"leader": 1, "high_watermark": 9}  # not read again: the caller vouches it did not change
+    sv.record(again, touched={"b"})
+    delta = sv.since("e1", 1)
+    assert delta.changed == {"b": {"leader": 1, "high_watermark": 4}} and delta.removed == []
+    sv.record(again)  # without the hint every group is compared
+    assert sv.since("e1", 2).changed == {"c": {"leader": 1, "high_watermark": 9}}
