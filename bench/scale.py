@@ -198,8 +198,11 @@ def scenario_failover_many(opts: argparse.Namespace, shared: dict[str, Any]) -> 
         "partitions_it_led": len(led), "led_again": len(got), "not_led_again": missing,
     }  # fmt: skip
     if got:
-        out.update({"p50_s": round(pct(got, 0.5), 2), "p99_s": round(pct(got, 0.99), 2), "max_s": round(got[-1], 2),
-                    "mean_s": round(statistics.fmean(got), 2)})  # fmt: skip
+        out.update({"min_s": round(got[0], 2), "p50_s": round(pct(got, 0.5), 2), "p90_s": round(pct(got, 0.9), 2),
+                    "p99_s": round(pct(got, 0.99), 2), "max_s": round(got[-1], 2),
+                    "mean_s": round(statistics.fmean(got), 2),
+                    # how many were led again by 1 s, 2 s, ... after the kill
+                    "led_by_second": [sum(1 for t in got if t <= s) for s in range(1, int(got[-1]) + 2)]})  # fmt: skip
     out["survivors_campaigns"] = {k: after[k] - before[k] for k in after}
     if profiles:
         out["profile"] = profiles
