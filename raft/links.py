@@ -254,6 +254,20 @@ class NodeLinks:
         link.outbox_bytes += link_frames.item_size(channel, payload)
         return True
 
+    def pulse(self) -> None:
+        """In the middle of a long ticker pass: a heartbeat to every peer not written to for a heartbeat interval,
+        and everything queued (the peers judge this node's liveness by its heartbeats, whatever its passes take).
+        Shard thread."""
+        if self._closed:
+            return
+        now = self._clock()
+        for peer in self._peers:
+            link = self._links.get(peer)
+            if link is not None and link.up and now - link.last_sent >= self._heartbeat_s:
+                self._send_control(link, (ALIVE,))
+                self.heartbeats_sent += 1
+        self.flush()
+
     def flush(self) -> None:
         """Send every link's queued messages, one frame per link (split at the size bound). Shard thread."""
         if not self._pending:

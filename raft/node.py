@@ -154,6 +154,7 @@ class RaftNode:
         def install() -> None:
             shard.groups[links.group_id] = links
             shard.add_flush_hook(links.flush)
+            shard.add_pulse_hook(links.pulse)
 
         shard.call(install).result(_CALL_TIMEOUT_S)
         return links

@@ -47,6 +47,9 @@ T = TypeVar("T")
 
 # One step of a shard's loop that takes this long held up every group of the shard (heartbeats included).
 SLOW_STEP_S = 0.5
+# A pass over the groups longer than this reads and writes the sockets in between (``_pulse``): the node links'
+# heartbeats go out, and the peers' come in, on time even while thousands of groups elect leaders at once.
+PULSE_S = 0.1
 _slow_steps = 0
 _slow_steps_lock = threading.Lock()
 
@@ -198,6 +201,7 @@ class TickerShard:
         self._slow: list[tuple[float, str]] = []  # heap of (monotonic time, group id), checked by full passes
         self._outbox: dict[asyncio.AbstractEventLoop, list[Callable[[], None]]] = {}
         self._flush_hooks: list[Callable[[], None]] = []
+        self._pulse_hooks: list[Callable[[], None]] = []
         self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         # True while a wake-up byte is in the pipe or about to be: later
         # enqueuers skip the write (cleared by the shard before it drains).
@@ -276,6 +280,11 @@ class TickerShard:
         """Run ``fn`` at the end of every pass and after every poll (shard thread): the node links send
         what the groups queued meanwhile, one frame per peer (``raft.links``)."""
         self._flush_hooks.append(fn)
+
+    def add_pulse_hook(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` every ``PULSE_S`` in the middle of a long pass (shard thread), after reading the sockets: the
+        node links send their heartbeats and what is queued (``raft.links``)."""
+        self._pulse_hooks.append(fn)
 
     def _flush_outbox(self) -> None:
         for hook in self._flush_hooks:
@@ -394,7 +403,8 @@ class TickerShard:
             self.ticks += 1
             self._flush_outbox()
             wake_at = min(next_full, self._timers[0][0]) if self._timers else next_full
-            timeout = 0.0 if self.dirty else max(0.0, wake_at - self._clock())
+            # (a pulse may have drained the wake-up pipe of a call() whose task is still queued)
+            timeout = 0.0 if self.dirty or not self._tasks.empty() else max(0.0, wake_at - self._clock())
             try:
                 self.poller.poll(timeout)
             except Exception:
@@ -412,14 +422,33 @@ class TickerShard:
         return list(self._loud)
 
     def _tick_groups(self, targets: list[Tickable]) -> None:
-        """Tick each group; a tick that takes ``SLOW_STEP_S`` or more is counted and logged with its group."""
+        """Tick each group; a tick that takes ``SLOW_STEP_S`` or more is counted and logged with its group. A pass
+        that runs longer than ``PULSE_S`` pulses in between."""
+        next_pulse = self._clock() + PULSE_S
         for group in targets:
             started = self._clock()
             try:
                 group.tick()
             except Exception:
                 logger.exception("raft tick failed for group %r", group.group_id)
-            _warn_if_slow(started, self._clock(), "ticking group %r", group.group_id)
+            ended = self._clock()
+            _warn_if_slow(started, ended, "ticking group %r", group.group_id)
+            if ended >= next_pulse:
+                self._pulse()
+                next_pulse = self._clock() + PULSE_S
+
+    def _pulse(self) -> None:
+        """Read what the sockets have (messages reach their groups, which the next pass ticks), then run the
+        pulse hooks (shard thread, between two groups' ticks)."""
+        try:
+            self.poller.poll(0.0)
+        except Exception:
+            logger.exception("raft poller failed in shard %d", self.index)
+        for hook in self._pulse_hooks:
+            try:
+                hook()
+            except Exception:
+                logger.exception("raft ticker: pulse hook failed")
 
 
 def _run_all(fns: list[Callable[[], None]]) -> None:

@@ -177,3 +177,38 @@ def test_requests_the_nodes_forward_still_work(c: LocalCluster) -> None:
     assert status == 200, res
     assert res["offsets"][0].get("error_code", "NONE") == "NONE", res
     settled_hw(c, leader, before + 1)
+
+
+def test_a_peer_polling_the_state_gets_what_changed_since_the_version_it_holds(c: LocalCluster) -> None:
+    leader = int(c.partition_meta(TOPIC, 0, 1)["leader"])
+    me = c.configs[0] if leader != 1 else c.configs[1]
+
+    def state(query: str = "") -> tuple[int, Any]:
+        path = "/v1/internal/state" + query
+        return http("GET", c.url(leader) + path, headers=node_call(me, leader, "GET", path))
+
+    # A first poll gets every group the node replicates, with the epoch and version it stands at
+    status, first = state()
+    assert status == 200 and first["full"], first
+    gid = next(g for g, v in first["partitions"].items() if v.get("topic") == TOPIC and v["partition"] == 0)
+    epoch, version, hw = first["epoch"], first["version"], first["partitions"][gid]["high_watermark"]
+    # When a record is written to the node's partition
+    status, res = http("POST", c.url(leader) + f"/v1/topics/{TOPIC}/records", {"records": [{"value": "eA=="}]})
+    assert status == 200, res
+
+    # Then a poll naming the version it holds gets that partition with its new high watermark, not everything
+    def delta() -> dict[str, Any] | None:
+        status, body = state(f"?epoch={epoch}&since={version}")
+        assert status == 200 and not body["full"] and body["epoch"] == epoch, body
+        entry = body["partitions"].get(gid)
+        return body if entry is not None and entry["high_watermark"] > hw else None
+
+    body = wait_for(delta, 10, "the written partition in a delta")
+    assert len(body["partitions"]) < len(first["partitions"]) and body["version"] > version
+    # A version of another epoch (the node restarted since) gets the whole state again
+    status, other = state(f"?epoch=0ther{epoch}&since={version}")
+    assert status == 200 and other["full"] and set(other["partitions"]) >= {gid}
+    # Malformed versions are refused
+    for query in ("?epoch=not-an-epoch&since=1", f"?epoch={epoch}&since=-1", f"?epoch={epoch}&since=x"):
+        status, bad = state(query)
+        assert status == 400 and bad["error_code"] == "INVALID_REQUEST", (query, bad)

@@ -348,3 +348,29 @@ def test_alive_counts_as_hearing_the_peer() -> None:
     d.feed(d.seal([(b"", (ALIVE,))]))
     heard = links.heard(PEER)
     assert heard is not None and heard >= first and links.heartbeats_received == 1
+
+
+def test_a_pulse_sends_a_heartbeat_to_a_peer_not_written_to_for_an_interval_and_whatever_is_queued() -> None:
+    now = [100.0]
+    links = NodeLinks(
+        SELF, cluster_key(SECRET), FakePoller(), heartbeat_s=0.1, lapse_s=0.6, silence_s=5.0, retry_s=1.0,
+        peers=lambda: {PEER}, clock=lambda: now[0],
+    )  # fmt: skip
+    links.tick()
+    (t, _) = make_group(links, "g", [PEER])
+    d = Dialer(links)
+    d.hello()
+    d.here(["g"], ack=True)
+    links.flush()
+    d.frames()
+    sent = links.heartbeats_sent
+    links.pulse()  # written to a moment ago: no heartbeat, nothing queued
+    assert d.frames() == [] and links.heartbeats_sent == sent
+    assert t.send(Node(PEER), {"type": "append_entries", "term": 1, "entries": []})
+    links.pulse()  # what a group queued goes out at once, mid-pass
+    ((channel, _),) = d.frames()[0]
+    assert channel == "g" and links.heartbeats_sent == sent
+    now[0] += 0.15
+    links.pulse()  # an interval without a write: a heartbeat
+    ((channel, payload),) = d.frames()[0]
+    assert channel == "" and pickle.loads(payload) == (ALIVE,) and links.heartbeats_sent == sent + 1

@@ -120,6 +120,38 @@ def test_a_slow_tick_is_counted_and_logged_with_its_group(caplog: pytest.LogCapt
         shard.poller.close()
 
 
+def test_a_long_pass_reads_the_sockets_and_pulses_every_pulse_interval_in_between() -> None:
+    clock = _Clock()
+    shard = TickerShard(0, 0.05, clock)  # never started: the test runs its pass
+    r, w = socket.socketpair()
+    try:
+        received: list[bytes] = []
+        events: list[str] = []
+
+        def on_readable(_fd: int, _mask: int) -> None:
+            received.append(r.recv(100))
+            events.append("read")
+
+        shard.poller.subscribe(r.fileno(), on_readable, POLL_EVENT_TYPE.READ)
+        shard.add_pulse_hook(lambda: events.append("pulse"))
+        w.sendall(b"heartbeat")  # a peer's heartbeat waiting in the socket
+        step = ticker.PULSE_S / 4
+        groups = [_Group(f"g{i}", clock, step) for i in range(10)]
+        shard._tick_groups(groups)  # 10 ticks of a quarter pulse interval each: 2.5 intervals
+        assert all(g.ticks == 1 for g in groups)
+        # the socket was read in the first pulse, before its hook ran, and two pulses ran during the pass
+        assert received == [b"heartbeat"] and events == ["read", "pulse", "pulse"]
+        events.clear()
+        shard._tick_groups(groups[:3])  # a short pass: no pulse
+        assert events == []
+    finally:
+        r.close()
+        w.close()
+        os.close(shard._wake_r)
+        os.close(shard._wake_w)
+        shard.poller.close()
+
+
 def test_poller_reports_readiness_follows_mask_changes_and_forgets_unsubscribed_descriptors(shard: TickerShard) -> None:
     poller, seen = shard.poller, []
     a, b = socket.socketpair()
