@@ -27,6 +27,13 @@ Patches (``apply()``, idempotent, run before any SyncObj is built):
   last-record offset).
 * ``MetaStorer.getMeta`` closes its file and fails on an unreadable meta
   file instead of silently forgetting the persisted term and vote.
+* ``MetaStorer.storeMeta`` overwrites the meta file in place (one ``pwrite``
+  at offset 0 of a pickle under ``META_IN_PLACE_MAX_BYTES``, one disk sector,
+  so never torn; an older, longer pickle's tail after it is ignored by
+  unpickling) instead of writing a new file and renaming it over the old
+  one: every term change of every group stores it, and when a node dies the
+  survivors' elections of thousands of groups spent a third of their CPU
+  creating and renaming files.
 * ``Serializer`` closes the snapshot files it streams to followers (it
   leaked one file handle per snapshot transfer).
 * ``Serializer.serialize``, when a ``serializeChecker`` is configured, hands
@@ -276,6 +283,23 @@ def store_commit_index(so: Any) -> None:
         journal.onOneSecondTimer()
 
 
+META_IN_PLACE_MAX_BYTES = 512
+_original_store_meta = _psc_journal.MetaStorer.storeMeta
+
+
+def _store_meta(self: Any, meta: dict[str, Any]) -> None:
+    data = _psc_pickle.dumps(meta)
+    if len(data) > META_IN_PLACE_MAX_BYTES:
+        _original_store_meta(self, meta)
+        return
+    fd = os.open(self._MetaStorer__path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        if os.pwrite(fd, data, 0) != len(data):
+            raise OSError(f"short write of the raft journal meta {self._MetaStorer__path}")
+    finally:
+        os.close(fd)
+
+
 def _get_meta(self: Any) -> dict[str, Any]:
     # PySyncObj leaks the file handle and silently returns {} for an
     # unreadable file, forgetting the persisted term and vote (a node could
@@ -419,6 +443,7 @@ def apply() -> None:
         _psc_journal.FileJournal.add = _journal_add
         _psc_journal.ResizableFile.write = _resizable_write
         _psc_journal.MetaStorer.getMeta = _get_meta
+        _psc_journal.MetaStorer.storeMeta = _store_meta
         _psc_serializer.Serializer.getTransmissionData = get_transmission_data
         _psc_serializer.Serializer.cancelTransmisstion = cancel_transmission
         _psc_serializer.Serializer.serialize = _serialize
@@ -657,6 +682,8 @@ def audit() -> None:
         problems.append("FileJournal.add internals changed")
     if "_ResizableFile__f" not in _psc_journal.ResizableFile.__init__.__code__.co_names:
         problems.append("ResizableFile no longer keeps __f")
+    if "_MetaStorer__path" not in _original_store_meta.__code__.co_names:
+        problems.append("MetaStorer.storeMeta no longer writes _MetaStorer__path")
     if not hasattr(_psc_journal, "MetaStorer") or not hasattr(_psc_journal.MetaStorer, "getMeta"):
         problems.append("journal.MetaStorer.getMeta missing")
     ser = _psc_serializer.Serializer

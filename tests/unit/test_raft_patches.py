@@ -404,3 +404,23 @@ def test_a_snapshot_with_nothing_to_send_costs_one_message_per_round(tmp_path: A
         snapshot_transmission.close_serializer_files(so)
         so.destroy()
         patches.close_pipe_notifier(so)
+
+
+def test_the_journal_meta_is_overwritten_in_place_and_reads_back_after_a_shorter_one(tmp_path: pathlib.Path) -> None:
+    from pysyncobj.journal import MetaStorer
+
+    patches.apply()
+    path = tmp_path / "g.meta"
+    storer = MetaStorer(str(path))
+    storer.storeMeta({"currentTerm": 123456789, "votedForNodeId": "127.0.0.1:65535", "raftCommitIndex": 10**9})
+    inode = path.stat().st_ino
+    storer.storeMeta({"currentTerm": 2, "votedForNodeId": None, "raftCommitIndex": 1})
+    assert path.stat().st_ino == inode  # the same file: no new file renamed over it
+    assert not (tmp_path / "g.meta.tmp").exists()
+    assert MetaStorer(str(path)).getMeta() == {"currentTerm": 2, "votedForNodeId": None, "raftCommitIndex": 1}
+    big = {"currentTerm": 3, "votedForNodeId": "x" * 1000}  # over one sector: a new file renamed over it
+    storer.storeMeta(big)
+    assert MetaStorer(str(path)).getMeta() == big
+    path.write_bytes(b"\x00garbage")
+    with pytest.raises(RuntimeError, match="unreadable"):
+        MetaStorer(str(path)).getMeta()
