@@ -246,7 +246,7 @@ class NodeConfig:
     raft_snapshot_max_bytes_per_s: int = 0
     # Campaigns (pre-vote rounds and the elections they allow) a node runs at once (raft.campaigns): when a
     # node dies, the groups it led elect new leaders this many at a time per survivor, not all in one tick.
-    raft_campaign_slots: int = 64
+    raft_campaign_slots: int = 256
     # storage: RocksDB flushes and compactions bypass the page cache where the filesystem allows (storage.store)
     store_direct_io: bool = True
     # Carried markers (docs/carried-markers.md; on by default): a client that asks for them

@@ -44,7 +44,7 @@ from typing import Any
 from raft import pysyncobj_patches as patches
 
 #: Campaigns a node (ticker shard) runs at once.
-DEFAULT_LIMIT = 64
+DEFAULT_LIMIT = 256
 #: The longest a campaign holds its slot (its rounds went unanswered: the slot goes to the next in line).
 DEFAULT_HOLD_S = 0.5
 #: How much longer each successor rank waits than the one before it.

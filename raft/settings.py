@@ -57,7 +57,7 @@ class RaftSettings:
     # copy then takes that much less of the node from the groups it serves meanwhile. 0: as fast as it goes.
     snapshot_max_bytes_per_s: int = 0
     # Campaigns (pre-vote rounds and the elections they allow) a ticker shard runs at once (``raft.campaigns``).
-    campaign_slots: int = 64
+    campaign_slots: int = 256
     # Quiescent groups (``raft.quiescence``): a leader with nothing to replicate and every follower caught up
     # for this long stops the group's heartbeats; one heartbeat per pair of nodes (``raft.links``) keeps
     # its followers from campaigning instead. 0: groups never quiesce (and no node heartbeats are sent).
