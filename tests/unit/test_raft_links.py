@@ -8,7 +8,6 @@ tests/integration/test_raft_links.py).
 
 from __future__ import annotations
 
-import errno
 import pickle
 from typing import Any
 
@@ -22,6 +21,7 @@ from raft import link_frames
 from raft.frame_crypto import NONCE_BYTES, FrameCipher, cluster_key, new_nonce
 from raft.links import ALIVE, HELLO, LINK_CHANNEL, NodeLinks, channel_for, shard_of_channel
 from raft.transport import HERE, LinkTransport, essential
+from tests.raft_support.fake_socket import FakeSocket
 
 SECRET = "unit-test-secret"
 SELF = "127.0.0.1:7001"
@@ -92,38 +92,6 @@ class FakePoller:
 
     def unsubscribe(self, fd: int) -> None:
         pass
-
-
-class FakeSocket:
-    """Scripted recv chunks; records everything sent."""
-
-    def __init__(self) -> None:
-        self.chunks: list[bytes] = []
-        self.sent = bytearray()
-        self.closed = False
-
-    def fileno(self) -> int:
-        return 42
-
-    def recv_into(self, view: memoryview, n: int) -> int:
-        if not self.chunks:
-            raise BlockingIOError(errno.EAGAIN, "again")
-        c = self.chunks.pop(0)
-        view[: len(c)] = c
-        return len(c)
-
-    def send(self, data: Any) -> int:
-        self.sent += bytes(data)
-        return len(data)
-
-    def setblocking(self, flag: bool) -> None:
-        pass
-
-    def setsockopt(self, *args: Any) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
 
 
 class FakeSyncObj:
