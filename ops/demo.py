@@ -8,7 +8,9 @@ every acknowledged record is still there exactly once. In between it shows the
 exactly-once features (``ops/demo_eos.py``): the Python Producer/Consumer, a
 transaction committed and one aborted (read_committed vs read_uncommitted), the
 transactional consume-transform-produce copier, a Spark batch read and an
-exactly-once Spark write (when pyspark is installed), and the metrics; a 4th
+exactly-once Spark write (when pyspark is installed), and the metrics; a topic of
+512 partitions, each its own Raft group, led, quiescent and nearly free while idle
+(``ops/demo_scale.py``); a 4th
 node added, a partition moved onto it under load and the node decommissioned
 again (``ops/demo_operate.py``); Kafka clients (confluent-kafka, kafka-python) on the Kafka listener, one
 log read through both doors and a transactional copy loop (``ops/demo_kafka.py``); then a second, secured
@@ -40,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import demo_eos as eos
 import demo_kafka
 import demo_operate
+import demo_scale
 import demo_secure
 
 RETRIABLE_WAIT = 0.05
@@ -250,6 +253,7 @@ def run(args: argparse.Namespace) -> int:
             eos.stage_verify(bootstrap, say, directory)
             eos.stage_spark(bootstrap, say, directory)
             eos.stage_metrics([demo.url(n) for n in (1, 2, 3)], say, Path(__file__).resolve().parent.parent)
+            demo_scale.stage_scale(demo, say)
             demo_operate.stage_operate(demo, producer, acked, read_all, say)
             demo_kafka.stage_kafka(demo, say)
             demo_secure.stage_secure(say)

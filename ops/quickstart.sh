@@ -4,7 +4,8 @@
 # SIGKILL while writing, restarted and caught up, then a full restart with every
 # acknowledged record still there; in between the Python clients, a committed and an
 # aborted transaction, pipelined commits, the transactional copier, a Spark read and exactly-once write
-# (needs Java 17), a short Jepsen-style check (txbroker verify), the metrics, a 4th node added with a
+# (needs Java 17), a short Jepsen-style check (txbroker verify), the metrics, a 512-partition topic whose
+# idle Raft groups go quiescent (each node's idle CPU shown), a 4th node added with a
 # partition moved onto it under load and the node decommissioned again, unmodified Kafka clients
 # (confluent-kafka, kafka-python) producing, consuming and copying transactionally through the Kafka
 # listener, and a secured cluster
