@@ -31,9 +31,9 @@ Patches (``apply()``, idempotent, run before any SyncObj is built):
   at offset 0 of a pickle under ``META_IN_PLACE_MAX_BYTES``, one disk sector,
   so never torn; an older, longer pickle's tail after it is ignored by
   unpickling) instead of writing a new file and renaming it over the old
-  one: every term change of every group stores it, and when a node dies the
-  survivors' elections of thousands of groups spent a third of their CPU
-  creating and renaming files.
+  one: every term change of every group stores it, and a new file renamed per
+  store costs the survivors of a dead node a third of their CPU while they
+  elect leaders for thousands of groups (BENCHMARKS.md).
 * ``Serializer`` closes the snapshot files it streams to followers (it
   leaked one file handle per snapshot transfer).
 * ``Serializer.serialize``, when a ``serializeChecker`` is configured, hands
