@@ -129,7 +129,7 @@ def node_alive(now: float, heard: float | None, timeout_s: float) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class LeaderView:
-    """What a leader knows of its group on one tick (the inputs of ``leader_idle``)."""
+    """What a leader knows of its group on one tick (the inputs of ``quiescing_followers``)."""
 
     term: int
     last_index: int
@@ -172,11 +172,6 @@ def quiescing_followers(view: LeaderView, now: float, liveness_timeout_s: float)
     if len(reachable) + 1 < majority(len(view.match_index) + 1):
         return None
     return frozenset(reachable)
-
-
-def leader_idle(view: LeaderView, now: float, liveness_timeout_s: float) -> bool:
-    """A leader may quiesce (``quiescing_followers`` names with whom)."""
-    return quiescing_followers(view, now, liveness_timeout_s) is not None
 
 
 def leader_should_quiesce(q: Quiescence, idle: bool, now: float, quiesce_after_s: float) -> bool:

@@ -21,7 +21,6 @@ from raft.quiescence import (
     follower_wake_reason,
     follower_wakes_on_message,
     leader_contact,
-    leader_idle,
     leader_should_quiesce,
     leader_wake_reason,
     leader_wakes_on_message,
@@ -120,7 +119,7 @@ def test_a_node_is_alive_only_within_the_timeout_after_its_last_heartbeat() -> N
 
 
 def test_a_caught_up_committed_group_with_live_followers_is_idle() -> None:
-    assert leader_idle(_view(), 100.0, LIVENESS)
+    assert quiescing_followers(_view(), 100.0, LIVENESS) is not None
 
 
 @pytest.mark.parametrize(
@@ -141,7 +140,7 @@ def test_a_caught_up_committed_group_with_live_followers_is_idle() -> None:
     ],
 )
 def test_a_leader_with_anything_to_do_is_not_idle(overrides: dict[str, object], why: str) -> None:
-    assert not leader_idle(_view(**overrides), 100.0, LIVENESS), why
+    assert quiescing_followers(_view(**overrides), 100.0, LIVENESS) is None, why
 
 
 @pytest.mark.parametrize(
